@@ -1,0 +1,147 @@
+"""``harness``: the command line. Each subcommand is one stage.
+
+User errors (:class:`HarnessError`) print one line to stderr and exit 2;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matrix", default="matrix.toml", help="the matrix file (default: matrix.toml)")
+    p.add_argument("--profile", default="default", help="profile of matrix.toml (default: default)")
+    p.add_argument("--out", default="build", help="build directory (default: build)")
+
+
+def _corpus_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--corpus", action="append", default=[], metavar="FILE_OR_MODULE", help="add a corpus module or .py file (repeatable)"
+    )
+    p.add_argument("--only-corpus", action="store_true", help="use only the --corpus files, not matrix.toml's [corpus]")
+    p.add_argument("--cases", default=None, metavar="A,B", help="only these cases (comma-separated names)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="harness", description="PyTorch → ONNX compatibility matrix")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check matrix.toml; print the profiles")
+    _common(p)
+
+    p = sub.add_parser("sessions", help="print the runtime ids of a profile, one per line (for the noxfile)")
+    _common(p)
+
+    p = sub.add_parser("list", help="list the corpus cases with their cards")
+    _common(p)
+    _corpus_arg(p)
+
+    p = sub.add_parser("export", help="export stage (needs torch): write build/artifacts")
+    _common(p)
+    _corpus_arg(p)
+    p.add_argument("--workers", type=int, default=None, help="export processes (default: [run] workers)")
+
+    p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
+    _common(p)
+    p.add_argument("--runtime", required=True, help="pin, id or version: onnxruntime==1.17.3, ort-1.17.3, 1.17.3")
+    p.add_argument("--provider", action="append", default=[], help="override the profile's providers")
+    p.add_argument("--force", action="store_true", help="redo every cell, ignoring the shard")
+    p.add_argument("--no-latency", action="store_true", help="skip the latency phase")
+
+    p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
+    _common(p)
+    p.add_argument("--results", default="results", help="output directory (default: results)")
+    p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
+    return ap
+
+
+def _corpus(matrix: object, args: argparse.Namespace) -> list[str]:
+    base = [] if args.only_corpus else list(matrix.corpus)  # type: ignore[attr-defined]
+    return base + [c for c in args.corpus if c not in base]
+
+
+def _cases(args: argparse.Namespace) -> list[str] | None:
+    return [c.strip() for c in args.cases.split(",") if c.strip()] if args.cases else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except HarnessError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("harness: interrupted; finished cells are kept and a rerun resumes", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from harness import matrix as matrix_mod
+
+    matrix = matrix_mod.load(args.matrix)
+    profile = matrix.profile(args.profile)
+    out = Path(args.out)
+    root = Path(args.matrix).resolve().parent
+
+    if args.command == "validate":
+        for prof in matrix.profiles.values():
+            columns = len(prof.runtimes) * len(prof.providers) * len(prof.exporters) * len(prof.opsets)
+            print(
+                f"{prof.name}: {len(prof.runtimes)} runtimes × {len(prof.providers)} providers × "
+                f"{len(prof.exporters)} exporters × {len(prof.opsets)} opsets = {columns} columns per case"
+            )
+        print(f"{args.matrix}: ok")
+        return 0
+    if args.command == "sessions":
+        for rt in profile.runtimes:
+            print(rt.id)
+        return 0
+    if args.command == "list":
+        from harness import corpus
+
+        registry = corpus.load(_corpus(matrix, args), root)
+        for case in registry:
+            tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else "")
+            print(f"{case.name:<32} {tag}")
+        print(f"{len(registry)} cases")
+        return 0
+    if args.command == "export":
+        from harness import export
+
+        t0 = time.perf_counter()
+        records = export.export_all(
+            matrix, profile, _corpus(matrix, args), out, root=root, workers=args.workers, cases=_cases(args)
+        )
+        ok = sum(r.ok for r in records)
+        print(f"exported {ok}/{len(records)} artifacts in {time.perf_counter() - t0:.1f}s → {out / 'artifacts'}")
+        return 0
+    if args.command == "run":
+        from harness import run
+
+        runtime = matrix.runtime(args.runtime)
+        providers = args.provider or list(profile.providers)
+        for p in providers:
+            if p not in matrix_mod.PROVIDERS:
+                raise HarnessError(f"--provider {p!r} is unknown; use {', '.join(matrix_mod.PROVIDERS)}")
+        t0 = time.perf_counter()
+        cells = run.run_runtime(matrix, runtime, providers, out, force=args.force, latency=not args.no_latency)
+        counts: dict[str, int] = {}
+        for c in cells:
+            counts[c.status.value] = counts.get(c.status.value, 0) + 1
+        print(f"{runtime.pin}: {len(cells)} cells in {time.perf_counter() - t0:.1f}s: {json.dumps(counts)}")
+        return 0
+    if args.command == "report":
+        from harness import report
+
+        summary = report.build(out, Path(args.results), profile=profile, wall=args.wall)
+        print(summary)
+        return 0
+    raise AssertionError(args.command)

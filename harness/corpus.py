@@ -1,0 +1,236 @@
+"""The corpus: gotcha cases, each a tiny ``nn.Module`` with a card.
+
+A case module (``models/*.py`` or a user's own file) declares cases with
+:func:`register`::
+
+    from harness.corpus import Card, Case, randn, register
+
+    register(Case(
+        name="my_model",
+        model=lambda: MyModel(),
+        inputs=lambda: {"x": randn(1, 3, 32, 32)},
+        dynamic={"x": {0: "batch"}},
+        probes=lambda: {"batch8": {"x": randn(8, 3, 32, 32, seed=1)}},
+    ))
+
+``inputs`` keys are the names of ``forward``'s parameters, in order; values
+are tensors or Python scalars (a scalar is what tracing freezes). Each probe
+is one cell of the table; the example inputs are always probed too, as
+``example``. Only the export environment imports torch: nothing here does at
+import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    import torch
+
+EXPORTERS = ("torchscript", "dynamo")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+
+Inputs = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """The gotcha a case demonstrates, as claimed; the table says what happened."""
+
+    symptom: str
+    cause: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One model of the corpus and how to export and probe it.
+
+    Attributes:
+        name: Unique, ``[a-z0-9_]``; the table's row label.
+        model: Builds the module. Seed your weights (:func:`seeded`); the
+            harness calls ``eval()`` unless ``train_mode`` is set.
+        inputs: Example inputs used for the export, keyed by ``forward``'s
+            parameter names.
+        probes: Further named inputs to run (other batch sizes, negative
+            values, ...). Each must reach the behaviour the gotcha is about.
+        dynamic: Dimensions to export as dynamic, ``{input: {dim: name}}``.
+            Empty means every shape is frozen at the example's.
+        card: The gotcha; None for a fixed twin that only shows the fix.
+        fixes: For a fixed twin, the name of the case it fixes.
+        atol: Absolute tolerance of the comparison with torch; None takes
+            ``[tolerance]`` from matrix.toml.
+        rtol: Relative tolerance; None likewise.
+        script: Export ``torch.jit.script(model)`` instead of the module.
+        exporters: Exporters this case applies to; cells of the others are
+            ``skipped`` with ``skip_reason``.
+        skip_reason: Why the other exporters do not apply.
+        train_mode: Export in training mode (a gotcha of its own).
+        source_file: Filled in by :func:`register`: where the case came from.
+    """
+
+    name: str
+    model: Callable[[], torch.nn.Module]
+    inputs: Callable[[], Inputs]
+    probes: Callable[[], Mapping[str, Inputs]] | None = None
+    dynamic: Mapping[str, Mapping[int, str]] = dataclasses.field(default_factory=dict)
+    card: Card | None = None
+    fixes: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    script: bool = False
+    exporters: tuple[str, ...] = EXPORTERS
+    skip_reason: str = ""
+    train_mode: bool = False
+    source_file: str = ""
+
+    def all_probes(self) -> dict[str, Inputs]:
+        """The example inputs as probe ``example``, then the declared probes."""
+        probes: dict[str, Inputs] = {"example": self.inputs()}
+        if self.probes is not None:
+            for name, inputs in self.probes().items():
+                if name == "example":
+                    raise HarnessError(f"{self.source_file}: case {self.name!r}: probe name 'example' is reserved; rename it")
+                probes[name] = inputs
+        return probes
+
+
+class Registry:
+    """Cases by name, in declaration order. Refuses duplicate names."""
+
+    def __init__(self) -> None:
+        self._cases: dict[str, Case] = {}
+
+    def add(self, case: Case) -> None:
+        where = case.source_file or "<unknown file>"
+        if not _NAME.match(case.name):
+            raise HarnessError(f"{where}: case name {case.name!r} must match [a-z0-9_]+; rename it")
+        if case.name in self._cases:
+            other = self._cases[case.name].source_file
+            raise HarnessError(f"{where}: case {case.name!r} is already defined in {other}; give it another name")
+        unknown = set(case.exporters) - set(EXPORTERS)
+        if unknown:
+            raise HarnessError(f"{where}: case {case.name!r}: unknown exporter(s) {sorted(unknown)}; use {list(EXPORTERS)}")
+        self._cases[case.name] = case
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._cases.values())
+
+    def __len__(self) -> int:
+        return len(self._cases)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._cases
+
+    def __getitem__(self, name: str) -> Case:
+        return self._cases[name]
+
+    def names(self) -> list[str]:
+        return list(self._cases)
+
+
+# The registry that ``register`` fills while a corpus module is imported.
+_loading: Registry | None = None
+_loading_file: str = ""
+
+
+def register(case: Case) -> Case:
+    """Declare a case. Call at import time of a corpus module."""
+    if _loading is None:
+        raise HarnessError(
+            "register() was called outside a corpus load; list the file under [corpus] in matrix.toml or pass --corpus"
+        )
+    case = dataclasses.replace(case, source_file=_loading_file)
+    _loading.add(case)
+    return case
+
+
+def load(sources: Iterable[str], root: Path | None = None) -> Registry:
+    """Import corpus modules (dotted names or ``.py`` paths) into one registry.
+
+    Raises:
+        HarnessError: a module that does not exist or fails to import, naming
+            the file and the exception's first line; a duplicate case name.
+    """
+    global _loading, _loading_file
+    registry = Registry()
+    root = root or Path.cwd()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    for source in sources:
+        _loading, _loading_file = registry, source
+        try:
+            _import(source, root)
+        except HarnessError:
+            raise
+        except Exception as exc:  # the user's module: any error is theirs
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise HarnessError(f"corpus {source}: import failed: {type(exc).__name__}: {msg}") from exc
+        finally:
+            _loading, _loading_file = None, ""
+    return registry
+
+
+def _import(source: str, root: Path) -> None:
+    if source.endswith(".py") or "/" in source:
+        path = Path(source)
+        if not path.is_absolute():
+            path = root / path
+        if not path.is_file():
+            raise HarnessError(f"corpus {source}: no such file; check the path under [corpus] in matrix.toml or --corpus")
+        name = "harness_user_corpus_" + re.sub(r"\W", "_", str(path.resolve()))
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        if source in sys.modules:  # a re-load must re-register
+            del sys.modules[source]
+        try:
+            importlib.import_module(source)
+        except ModuleNotFoundError as exc:
+            if exc.name and source.startswith(exc.name):
+                raise HarnessError(
+                    f"corpus {source}: no such module; use a dotted module name (models.articles) or a .py path"
+                ) from exc
+            raise
+
+
+# Helpers for case modules -------------------------------------------------
+
+
+def seeded(seed: int = 0) -> None:
+    """Seed torch's global RNG before building a model, so weights are fixed."""
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def randn(*shape: int, seed: int = 0, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """A seeded float32 normal tensor: the same values on every machine."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen) * scale + shift
+
+
+def randint(low: int, high: int, *shape: int, seed: int = 0, dtype: Any = None) -> torch.Tensor:
+    """A seeded integer tensor in ``[low, high)``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=gen, dtype=dtype or torch.int64)

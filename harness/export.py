@@ -1,0 +1,429 @@
+"""Export stage (torch environment): case × exporter × opset → artifacts.
+
+For each artifact it writes, under ``build/artifacts/<case>.<exporter>.op<N>/``:
+
+- ``model.onnx`` (when the export succeeded),
+- ``reference.npz``: every probe's inputs and torch's outputs, so the runtime
+  environments never need torch,
+- ``export.json``: the :class:`~harness.records.ExportRecord` (time, checker
+  verdict, every warning, graph statistics, actual opset and IR version).
+
+Each export runs in a worker process (:mod:`harness.workers`): an exporter
+that crashes or hangs costs its own artifact only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import corpus as corpus_mod
+from harness.errors import HarnessError
+from harness.matrix import Matrix, Profile
+from harness.records import ArtifactKey, ExportRecord, first_line
+from harness.workers import run_tasks
+
+MANIFEST = "manifest.json"
+
+# State of an export worker: the corpus, loaded once per process.
+_REGISTRY: corpus_mod.Registry | None = None
+_SETTINGS: dict[str, Any] = {}
+
+
+def init_worker(sources: Sequence[str], root: str, settings: dict[str, Any]) -> None:
+    """Worker initializer: quiet torch, load the corpus once."""
+    global _REGISTRY, _SETTINGS
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("PYTHONUTF8", "1")  # the dynamo exporter prints emoji
+    _REGISTRY = corpus_mod.load(sources, Path(root))
+    _SETTINGS = settings
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import numpy
+    import onnx
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__, "numpy": numpy.__version__}
+    try:
+        import onnxscript
+
+        out["onnxscript"] = onnxscript.__version__
+    except ImportError:
+        out["onnxscript"] = "missing"
+    return out
+
+
+def export_one(task: dict[str, Any]) -> dict[str, Any]:
+    """Worker entry: export one artifact, write its files, return its record."""
+    assert _REGISTRY is not None, "init_worker was not called"
+    key = ArtifactKey(task["case"], task["exporter"], task["opset"])
+    out_dir = Path(task["out"]) / key.id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = _export(_REGISTRY[key.case], key, out_dir)
+    write_json(out_dir / "export.json", record.to_dict())
+    return record.to_dict()
+
+
+def _to_numpy(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _flatten(outputs: Any) -> list[Any]:
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, (list, tuple)):
+        return [t for o in outputs for t in _flatten(o)]
+    if isinstance(outputs, Mapping):
+        return [t for o in outputs.values() for t in _flatten(o)]
+    raise TypeError(f"model output of type {type(outputs).__name__} is not a tensor or a tuple of tensors")
+
+
+def _batch_probes(case: corpus_mod.Case, example: Mapping[str, Any], sizes: Sequence[int]) -> dict[str, Any]:
+    """Example inputs tiled to other batch sizes, for every input with a dynamic dim 0."""
+    import torch
+
+    batched = [n for n, dims in case.dynamic.items() if 0 in dims]
+    if not batched:
+        return {}
+    probes = {}
+    for size in sizes:
+        inputs = {}
+        for name, value in example.items():
+            if name in batched and isinstance(value, torch.Tensor) and value.dim() > 0:
+                reps = -(-size // value.shape[0])
+                value = value.repeat(reps, *([1] * (value.dim() - 1)))[:size].clone()
+                # Distinct rows, so a model that mixes the batch is caught too.
+                if value.is_floating_point():
+                    value = value + torch.arange(size, dtype=value.dtype).view(-1, *([1] * (value.dim() - 1))) * 0.01
+            inputs[name] = value
+        probes[f"batch{size}"] = inputs
+    return probes
+
+
+_SUMMARY = re.compile(r"^<class '(?:[\w.]+\.)?(?P<cls>\w+)'>: (?P<msg>.+)$", re.M)
+
+# Warnings about this machine, not about the model: not shown in the table.
+_NOISE = ("torchvision is not installed",)
+
+
+def _summarize(cls: str, message: str) -> tuple[str, str]:
+    """The dynamo exporter wraps the real error in a page of advice: find the real one."""
+    m = _SUMMARY.search(message)
+    if m:
+        return m["cls"], first_line(m["msg"])
+    return cls, first_line(message)
+
+
+@contextlib.contextmanager
+def _capture() -> Iterator[list[dict[str, str]]]:
+    """Collect Python warnings and torch.onnx log warnings; silence prints."""
+    caught: list[dict[str, str]] = []
+
+    class Handler(logging.Handler):
+        def emit(self, rec: logging.LogRecord) -> None:
+            if rec.levelno >= logging.WARNING and not rec.getMessage().startswith(_NOISE):
+                caught.append({"category": f"log:{rec.name}", "message": rec.getMessage()})
+
+    handler = Handler()
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    sink = io.StringIO()
+    with warnings.catch_warnings(record=True) as ws, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("always")
+        try:
+            yield caught
+        finally:
+            for w in ws:
+                caught.append({"category": w.category.__name__, "message": str(w.message)})
+            for lg in loggers:
+                lg.removeHandler(handler)
+    # TracerWarnings first: each one is a shape or value the trace froze.
+    caught.sort(key=lambda w: w["category"] != "TracerWarning")
+
+
+def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRecord:
+    import numpy as np
+    import torch
+
+    start = time.perf_counter()
+    atol = case.atol if case.atol is not None else _SETTINGS["atol"]
+    rtol = case.rtol if case.rtol is not None else _SETTINGS["rtol"]
+    base = dict(
+        case=key.case,
+        exporter=key.exporter,
+        opset=key.opset,
+        atol=atol,
+        rtol=rtol,
+        versions=_SETTINGS["versions"],
+        card=_card(case),
+    )
+    for old in ("model.onnx", "reference.npz"):
+        (out_dir / old).unlink(missing_ok=True)
+
+    def fail(exc: BaseException, stage_note: str = "", **extra: Any) -> ExportRecord:
+        message = f"{stage_note}{type(exc).__name__}: {exc}" if stage_note else str(exc)
+        cls, line = _summarize(type(exc).__name__, message)
+        return ExportRecord(
+            ok=False,
+            seconds=time.perf_counter() - start,
+            error_class=cls,
+            error_line=line,
+            error=message[:20000],
+            **base,
+            **extra,
+        )
+
+    # Build the model and torch's references for every probe.
+    try:
+        model = case.model()
+        model.train(case.train_mode)
+        example = dict(case.inputs())
+        probes = case.all_probes()
+        for name, inputs in _batch_probes(case, example, _SETTINGS["batch_sizes"]).items():
+            probes.setdefault(name, inputs)  # a probe the case declares wins over the automatic one
+    except Exception as exc:
+        return fail(exc, "building the case failed: ")
+    arrays: dict[str, Any] = {}
+    probe_errors: dict[str, str] = {}
+    n_outputs = 0
+    for probe, inputs in probes.items():
+        try:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                outs = _flatten(model(*inputs.values()))
+        except Exception as exc:
+            probe_errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
+            continue
+        for name, value in inputs.items():
+            arrays[f"{probe}/in/{name}"] = _to_numpy(value)
+        for i, value in enumerate(outs):
+            arrays[f"{probe}/out/{i}"] = _to_numpy(value)
+        n_outputs = len(outs)
+    if "example" in probe_errors:
+        return fail(RuntimeError(f"torch cannot run the example inputs: {probe_errors['example']}"), probe_errors=probe_errors)
+    np.savez(out_dir / "reference.npz", **arrays)
+    base.update(probes=tuple(p for p in probes if p not in probe_errors), probe_errors=probe_errors)
+
+    if key.exporter not in case.exporters:
+        return ExportRecord(
+            ok=False,
+            seconds=0.0,
+            error_class="Skipped",
+            error_line=case.skip_reason or f"case does not apply to the {key.exporter} exporter",
+            **base,
+        )
+
+    path = out_dir / "model.onnx"
+    output_names = [f"out{i}" for i in range(n_outputs)]
+    error: Exception | None = None
+    with _capture() as caught:  # filled when the block exits
+        try:
+            _run_exporter(case, key, model, example, output_names, path)
+        except Exception as exc:
+            error = exc
+    if error is None and not path.exists():
+        error = RuntimeError("the exporter returned without writing a model")
+    if error is not None:
+        path.unlink(missing_ok=True)
+        return fail(error, warnings=tuple(caught))
+    seconds = time.perf_counter() - start
+    return ExportRecord(ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), **_inspect(path), **base)
+
+
+def _run_exporter(
+    case: corpus_mod.Case, key: ArtifactKey, model: Any, example: Mapping[str, Any], output_names: list[str], path: Path
+) -> None:
+    import torch
+
+    args = tuple(example.values())
+    input_names = [n for n, v in example.items() if isinstance(v, torch.Tensor)]
+    if case.script:
+        model = torch.jit.script(model)
+    if key.exporter == "torchscript":
+        dynamic_axes: dict[str, Any] = {n: dict(d) for n, d in case.dynamic.items()}
+        torch.onnx.export(
+            model,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=key.opset,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes or None,
+        )
+    else:
+        dyn = torch.export.Dim.DYNAMIC
+        shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
+        program = torch.onnx.export(
+            model,
+            args,
+            dynamo=True,
+            opset_version=key.opset,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_shapes=shapes if case.dynamic else None,
+            external_data=False,
+        )
+        if program is None:
+            raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
+        program.save(str(path), external_data=False)
+
+
+def _inspect(path: Path) -> dict[str, Any]:
+    """Checker verdict, actual opset, IR version and graph statistics."""
+    import onnx
+
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model)
+        checker = "ok"
+    except Exception as exc:
+        checker = first_line(str(exc)) or type(exc).__name__
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        ops[op] = ops.get(op, 0) + 1
+    inits = {i.name for i in model.graph.initializer}
+    graph = {
+        "nodes": len(model.graph.node),
+        "constants": ops.get("Constant", 0),
+        "initializers": len(model.graph.initializer),
+        "ops": dict(sorted(ops.items())),
+        "inputs": [_value_info(v) for v in model.graph.input if v.name not in inits],
+        "outputs": [_value_info(v) for v in model.graph.output],
+        "functions": len(model.functions),
+    }
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"checker": checker, "opset_actual": opset, "ir_version": model.ir_version, "graph": graph}
+
+
+def _value_info(v: Any) -> dict[str, Any]:
+    t = v.type.tensor_type
+    dims = [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in t.shape.dim]
+    return {"name": v.name, "elem_type": t.elem_type, "shape": dims}
+
+
+def _card(case: corpus_mod.Case) -> dict[str, str]:
+    card = case.card.to_dict() if case.card else {}
+    if case.fixes:
+        card["fixes"] = case.fixes
+    card["source_file"] = case.source_file
+    return card
+
+
+def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
+    """Every artifact the profile needs, in corpus order."""
+    return [ArtifactKey(c.name, e, o) for c in registry for e in profile.exporters for o in profile.opsets]
+
+
+def export_all(
+    matrix: Matrix,
+    profile: Profile,
+    corpus: Sequence[str],
+    out: Path,
+    *,
+    root: Path,
+    workers: int | None = None,
+    cases: Sequence[str] | None = None,
+    echo: Any = print,
+) -> list[ExportRecord]:
+    """Export every artifact of ``profile``; write the manifest; return the records."""
+    registry = corpus_mod.load(corpus, root)  # validate names and imports here, once, with one-line errors
+    keys = plan(registry, profile)
+    if cases is not None:
+        unknown = [c for c in cases if c not in registry]
+        if unknown:
+            raise HarnessError(f"--cases: no case named {', '.join(unknown)}; `harness list` shows the corpus")
+        keys = [k for k in keys if k.case in cases]
+    art_dir = out / "artifacts"
+    art_dir.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    settings: dict[str, Any] = {
+        "atol": matrix.atol,
+        "rtol": matrix.rtol,
+        "batch_sizes": list(matrix.batch_sizes),
+        "versions": versions(),
+    }
+    tasks = [{"case": k.case, "exporter": k.exporter, "opset": k.opset, "out": str(art_dir)} for k in keys]
+    records: dict[str, ExportRecord] = {}
+    n = workers or matrix.run.worker_count
+    t0 = time.perf_counter()
+    for outcome in run_tasks(
+        "harness.export:export_one",
+        tasks,
+        workers=n,
+        timeout=matrix.run.timeout,
+        init="harness.export:init_worker",
+        initargs=(list(corpus), str(root), settings),
+        log=str(out / "logs" / "export.log"),
+    ):
+        key = ArtifactKey(outcome.task["case"], outcome.task["exporter"], outcome.task["opset"])
+        if outcome.kind == "ok":
+            rec = ExportRecord.from_dict(outcome.value)
+        else:
+            detail = outcome.value if isinstance(outcome.value, str) else f"{outcome.value[0]}: {outcome.value[1]}"
+            cls = {"crash": "ExporterCrash", "timeout": "ExporterTimeout"}.get(outcome.kind, "HarnessBug")
+            rec = ExportRecord(
+                key.case,
+                key.exporter,
+                key.opset,
+                ok=False,
+                seconds=outcome.seconds,
+                error_class=cls,
+                error_line=first_line(detail),
+                error=detail,
+                versions=settings["versions"],
+            )
+            (art_dir / key.id).mkdir(exist_ok=True)
+            write_json(art_dir / key.id / "export.json", rec.to_dict())
+        records[key.id] = rec
+        mark = "ok" if rec.ok else (rec.error_class or "fail")
+        echo(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s")
+    write_json(
+        out / MANIFEST,
+        {
+            "profile": profile.name,
+            "artifacts": [k.id for k in keys],
+            "versions": settings["versions"],
+            "seconds": round(time.perf_counter() - t0, 2),
+        },
+    )
+    return [records[k.id] for k in keys]

@@ -1,0 +1,267 @@
+"""Records that travel between stages: one frozen dataclass each.
+
+Every stage writes files and the next reads them, so every record has an
+explicit ``to_dict``/``from_dict`` and nothing untyped crosses a module
+boundary. The vocabulary of the table is :class:`Status`; *where* a cell
+stopped is :class:`Stage`, a field, not more statuses.
+
+This module imports only the standard library: it is used in the runtime
+environments, which hold onnxruntime and numpy and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    """What happened to a cell. The README's legend explains each one."""
+
+    PASS = "pass"
+    MISMATCH = "mismatch"
+    EXPORT_FAIL = "export-fail"
+    LOAD_FAIL = "load-fail"
+    RUN_FAIL = "run-fail"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    ENV_ERROR = "env-error"
+    SKIPPED = "skipped"
+
+    @property
+    def symbol(self) -> str:
+        return _SYMBOLS[self]
+
+    @property
+    def severity(self) -> int:
+        """Rank used to fold several probes into one table cell (worst wins)."""
+        return _SEVERITY[self]
+
+
+_SYMBOLS = {
+    Status.PASS: "✅",
+    Status.MISMATCH: "≠",
+    Status.EXPORT_FAIL: "E",
+    Status.LOAD_FAIL: "L",
+    Status.RUN_FAIL: "R",
+    Status.CRASH: "💥",
+    Status.TIMEOUT: "⏱",
+    Status.UNAVAILABLE: "·",
+    Status.ENV_ERROR: "!",
+    Status.SKIPPED: "–",
+}
+
+# Folding probes into one cell: a failure that happens before any probe runs
+# (export, load, env) outranks per-probe outcomes, and any failure outranks a pass.
+_SEVERITY = {
+    Status.PASS: 0,
+    Status.SKIPPED: 1,
+    Status.UNAVAILABLE: 2,
+    Status.MISMATCH: 3,
+    Status.RUN_FAIL: 4,
+    Status.TIMEOUT: 5,
+    Status.CRASH: 6,
+    Status.LOAD_FAIL: 7,
+    Status.EXPORT_FAIL: 8,
+    Status.ENV_ERROR: 9,
+}
+
+
+class Stage(enum.StrEnum):
+    """The furthest stage a cell reached."""
+
+    ENV = "env"
+    EXPORT = "export"
+    LOAD = "load"
+    RUN = "run"
+    COMPARE = "compare"
+    LATENCY = "latency"
+
+
+def _fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the keys that ``cls`` declares, so old readers accept new files."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffStats:
+    """How far the runtime's outputs are from torch's, over all outputs of a probe."""
+
+    max_abs: float | None
+    """Largest ``|out - ref|`` over finite elements; None when nothing was comparable."""
+    max_rel: float | None
+    """Largest ``|out - ref| / |ref|`` over finite elements with ``ref != 0``."""
+    mismatched: int
+    """Elements outside ``atol + rtol * |ref|``, NaN/inf disagreements included."""
+    total: int
+    """Elements compared."""
+    nan_ref: int = 0
+    nan_out: int = 0
+    inf_ref: int = 0
+    inf_out: int = 0
+    shape_mismatch: str | None = None
+    """Set when an output's shape or count differs from torch's: says which and how."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DiffStats:
+        return cls(**_fields(cls, data))
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """Serial, fixed-thread latency of one probe on one session."""
+
+    median_ms: float
+    p90_ms: float
+    runs: int
+    warmup: int
+    threads: int
+    session_ms: float
+    """Wall time of creating the InferenceSession."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Latency:
+        return cls(**_fields(cls, data))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactKey:
+    """One export: a case through one exporter at one requested opset."""
+
+    case: str
+    exporter: str
+    opset: int
+
+    @property
+    def id(self) -> str:
+        """Directory name under ``build/artifacts``."""
+        return f"{self.case}.{self.exporter}.op{self.opset}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRecord:
+    """What the export stage produced for one :class:`ArtifactKey`."""
+
+    case: str
+    exporter: str
+    opset: int
+    ok: bool
+    seconds: float
+    error_class: str | None = None
+    error_line: str | None = None
+    error: str | None = None
+    opset_actual: int | None = None
+    ir_version: int | None = None
+    checker: str | None = None
+    """``"ok"`` or onnx.checker's first error line."""
+    warnings: tuple[dict[str, str], ...] = ()
+    """Every warning the exporter raised, TracerWarnings first: ``{category, message}``."""
+    graph: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Node count, Constant nodes, initializers, op-type histogram, inputs, outputs."""
+    probes: tuple[str, ...] = ()
+    probe_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Probes torch itself could not run, with torch's error: those cells are skipped."""
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    sha256: str | None = None
+    """Of model.onnx; cells carry it, so a changed artifact invalidates its cells."""
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    card: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> ArtifactKey:
+        return ArtifactKey(self.case, self.exporter, self.opset)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["warnings"] = list(self.warnings)
+        data["probes"] = list(self.probes)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExportRecord:
+        kw = _fields(cls, data)
+        kw["warnings"] = tuple(kw.get("warnings", ()))
+        kw["probes"] = tuple(kw.get("probes", ()))
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellRecord:
+    """One cell: case × exporter × opset × runtime × provider × probe."""
+
+    case: str
+    exporter: str
+    opset: int
+    runtime: str
+    """``onnxruntime==X.Y.Z`` (the pin)."""
+    provider: str
+    probe: str
+    status: Status
+    stage: Stage
+    error_class: str | None = None
+    error_line: str | None = None
+    error: str | None = None
+    diff: DiffStats | None = None
+    providers_used: tuple[str, ...] = ()
+    opset_actual: int | None = None
+    ir_version: int | None = None
+    latency: Latency | None = None
+    sha256: str | None = None
+    note: str | None = None
+    seconds: float = 0.0
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def artifact(self) -> ArtifactKey:
+        return ArtifactKey(self.case, self.exporter, self.opset)
+
+    @property
+    def key(self) -> str:
+        """Identifies the cell across runs (shards, resume, diff)."""
+        return "|".join((self.case, self.exporter, f"op{self.opset}", self.runtime, self.provider, self.probe))
+
+    def replace(self, **changes: Any) -> CellRecord:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        data["stage"] = self.stage.value
+        data["providers_used"] = list(self.providers_used)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CellRecord:
+        kw = _fields(cls, data)
+        kw["status"] = Status(kw["status"])
+        kw["stage"] = Stage(kw["stage"])
+        kw["providers_used"] = tuple(kw.get("providers_used") or ())
+        if kw.get("diff") is not None:
+            kw["diff"] = DiffStats.from_dict(kw["diff"])
+        if kw.get("latency") is not None:
+            kw["latency"] = Latency.from_dict(kw["latency"])
+        return cls(**kw)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(message: str, limit: int = 300) -> str:
+    """The first non-empty line of an error message, shortened for a table."""
+    for line in _ANSI.sub("", message).splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""

@@ -1,0 +1,264 @@
+"""Report stage: shards + export records → the published table in ``results/``.
+
+Writes:
+
+- ``results/matrix.jsonl``: every cell, long format, one JSON object a line,
+  sorted by key (a diff between two runs is a diff of lines);
+- ``results/environment.json``: versions of everything that produced it;
+- ``results/README.md``: the legend, the summary table (rows case × exporter
+  × opset, columns runtimes, a status symbol per cell), and per case its card,
+  export facts, failing cells with their first error line, and latency.
+
+Needs pandas and tabulate (the report environment), never torch or a runtime.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.errors import HarnessError
+from harness.export import MANIFEST
+from harness.matrix import Profile, version_tuple
+from harness.records import CellRecord, ExportRecord, Status
+from harness.run import load_artifacts, read_shard, shard_path
+
+LEGEND = {
+    Status.PASS: "ran, and every output matched torch within tolerance",
+    Status.MISMATCH: "ran, but outputs differ from torch beyond tolerance (or NaN/inf where torch had none, or a shape differs)",
+    Status.EXPORT_FAIL: "the exporter raised (or wrote no model): nothing to run",
+    Status.LOAD_FAIL: "the runtime refused the model when creating the session (opset, IR version, unknown op, invalid graph)",
+    Status.RUN_FAIL: "the session loaded but `run` raised (shape, type or kernel error)",
+    Status.CRASH: "the worker process died (signal) while running the cell",
+    Status.TIMEOUT: "the cell ran past the timeout of matrix.toml's [run] and was killed",
+    Status.UNAVAILABLE: "the provider is missing or the session silently fell back to another one",
+    Status.ENV_ERROR: "the runtime environment itself is broken (e.g. it fails to import)",
+    Status.SKIPPED: "the case does not apply to this exporter (reason given)",
+}
+
+
+def _column(cell: CellRecord, providers: int) -> str:
+    version = cell.runtime.split("==", 1)[-1]
+    return version if providers == 1 else f"{version} {cell.provider}"
+
+
+def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRecord]]:
+    """Cells of the profile's shards for the artifacts of the last export."""
+    exports = load_artifacts(out)
+    wanted = {(r.case, r.exporter, r.opset) for r in exports}
+    cells: list[CellRecord] = []
+    missing = []
+    for rt in profile.runtimes:
+        for provider in profile.providers:
+            path = shard_path(out, rt, provider)
+            if not path.exists():
+                missing.append(path.name)
+                continue
+            cells.extend(c for c in read_shard(path).values() if (c.case, c.exporter, c.opset) in wanted)
+    if not cells:
+        raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
+    if missing:
+        print(f"report: no shard yet for {', '.join(missing)}: those columns are left out")
+    return cells, exports
+
+
+def _fold(group: pd.DataFrame) -> str:
+    """One table cell from its probes: the worst status, and which probes it hit if not all."""
+    worst = max(group["status"], key=lambda s: Status(s).severity)
+    sym = Status(worst).symbol
+    if worst != Status.PASS.value:
+        hit = sorted(group.loc[group["status"] == worst, "probe"])
+        if len(hit) < len(group):
+            sym += " " + ",".join(hit)
+    return sym
+
+
+def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None) -> str:
+    """Write results/ and return a one-line summary."""
+    cells, exports = gather(out, profile)
+    results.mkdir(parents=True, exist_ok=True)
+    cells.sort(key=lambda c: c.key)
+    _write_lines(results / "matrix.jsonl", (c.to_dict() for c in cells))
+
+    manifest = json.loads((out / MANIFEST).read_text())
+    runtimes_env = {}
+    for c in cells:
+        if c.env and c.runtime not in runtimes_env:
+            runtimes_env[c.runtime] = c.env
+    environment = {
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "profile": profile.name,
+        "export": manifest.get("versions", {}),
+        "export_seconds": manifest.get("seconds"),
+        "runtimes": runtimes_env,
+        "wall_seconds": wall,
+        "cells": len(cells),
+    }
+    (results / "environment.json").write_text(json.dumps(environment, indent=1, sort_keys=True) + "\n")
+
+    df = pd.DataFrame([_row(c) for c in cells])
+    providers = df["provider"].nunique()
+    df["column"] = [_column(c, providers) for c in cells]
+    counts = df["status"].value_counts().to_dict()
+    text = _markdown(df, exports, environment, counts, profile)
+    (results / "README.md").write_text(text, encoding="utf-8")
+    return (
+        f"report: {len(cells)} cells, {len(exports)} artifacts, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + f" → {results}"
+    )
+
+
+def _row(c: CellRecord) -> dict[str, Any]:
+    return {
+        "case": c.case,
+        "exporter": c.exporter,
+        "opset": c.opset,
+        "runtime": c.runtime,
+        "provider": c.provider,
+        "probe": c.probe,
+        "status": c.status.value,
+        "error_class": c.error_class or "",
+        "error_line": c.error_line or "",
+        "note": c.note or "",
+        "median_ms": c.latency.median_ms if c.latency else None,
+    }
+
+
+def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _runtime_order(columns: Iterable[str]) -> list[str]:
+    return sorted(set(columns), key=lambda c: (version_tuple(c.split()[0]), c))
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(
+    df: pd.DataFrame, exports: list[ExportRecord], env: dict[str, Any], counts: dict[str, int], profile: Profile
+) -> str:
+    cases = list(dict.fromkeys(r.case for r in exports))
+    columns = _runtime_order(df["column"])
+    lines = [
+        "# PyTorch → ONNX compatibility matrix",
+        "",
+        f"Profile **{profile.name}**, generated {env['generated']} by `nox -s matrix"
+        + ("" if profile.name == "default" else f" -- --profile {profile.name}")
+        + "` from the committed code. Do not edit by hand: rerun it.",
+        "",
+        f"{len(df)} cells ({len(cases)} cases × {df['exporter'].nunique()} exporters × {df['opset'].nunique()} opsets "
+        f"× {len(columns)} runtime columns × probes)"
+        + (f", wall time {env['wall_seconds']:.0f} s" if env.get("wall_seconds") else "")
+        + ". "
+        + ", ".join(f"{Status(k).symbol} {k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: Status(kv[0]).severity))
+        + ".",
+        "",
+        "## Legend",
+        "",
+        "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
+        "followed by the probes that hit it when not all did.",
+        "",
+    ]
+    legend = [[s.symbol, f"`{s.value}`", LEGEND[s], counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
+    lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
+
+    # Newest safe opset per runtime: the highest opset at which every case that passes anywhere passes here.
+    lines += ["## Summary", "", _summary(df, columns), ""]
+    lines += ["## Per case", ""]
+    by_case: dict[str, list[ExportRecord]] = {}
+    for r in exports:
+        by_case.setdefault(r.case, []).append(r)
+    for case in cases:
+        lines += _case_section(case, by_case[case], df[df["case"] == case], columns)
+    lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def _summary(df: pd.DataFrame, columns: list[str]) -> str:
+    table = df.groupby(["case", "exporter", "opset", "column"], sort=False).apply(_fold, include_groups=False)
+    wide = table.unstack("column").reindex(columns=columns).fillna("")
+    wide = wide.reset_index()
+    wide["case"] = [f"[{c}](#{c.replace('_', '_')})" for c in wide["case"]]
+    return tabulate(wide.values.tolist(), headers=["case", "exporter", "opset", *columns], tablefmt="github")
+
+
+def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, columns: list[str]) -> list[str]:
+    card = exports[0].card
+    lines = [f"### {case}", ""]
+    if card.get("symptom"):
+        for field in ("symptom", "cause", "fix", "source"):
+            lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")
+    if card.get("fixes"):
+        lines.append(f"- **fixed twin of** [{card['fixes']}](#{card['fixes']})")
+    if card.get("source_file"):
+        lines.append(f"- defined in `{card['source_file']}`")
+    lines.append("")
+    rows = []
+    for r in sorted(exports, key=lambda r: (r.exporter, r.opset)):
+        tracer = sum(w["category"] == "TracerWarning" for w in r.warnings)
+        g = r.graph or {}
+        rows.append(
+            [
+                r.exporter,
+                r.opset,
+                "ok" if r.ok else ("skipped" if r.error_class == "Skipped" else f"**{r.error_class}**"),
+                r.opset_actual or "",
+                r.ir_version or "",
+                _md_escape(r.checker or ""),
+                f"{len(r.warnings)} ({tracer} Tracer)" if r.warnings else "0",
+                g.get("nodes", ""),
+                g.get("constants", ""),
+                g.get("initializers", ""),
+                f"{r.seconds:.2f}",
+            ]
+        )
+    headers = ["exporter", "opset", "export", "opset out", "IR", "checker", "warnings", "nodes", "Constant", "init", "s"]
+    lines += [tabulate(rows, headers=headers, tablefmt="github"), ""]
+
+    warned = [(r, w) for r in exports for w in r.warnings if w["category"] == "TracerWarning"]
+    if warned:
+        first = warned[0][1]["message"]
+        lines += [f"TracerWarning ({len(warned)} in all): {_md_escape(first.splitlines()[0][:300])}", ""]
+
+    failing = df[~df["status"].isin([Status.PASS.value, Status.SKIPPED.value])]
+    if not failing.empty:
+        lines += ["Failing cells (first error line; runtimes that share it are grouped):", ""]
+        grouped = failing.groupby(["exporter", "opset", "status", "error_line"], sort=True)
+        rows = []
+        for (exporter, opset, status, error), g in grouped:
+            probes = ",".join(sorted(set(g["probe"])))
+            runtimes = ", ".join(_runtime_order(g["column"]))
+            rows.append([exporter, opset, f"{Status(status).symbol} {status}", probes, runtimes, _md_escape(error[:240])])
+        lines += [
+            tabulate(rows, headers=["exporter", "opset", "status", "probes", "runtimes", "first error line"], tablefmt="github"),
+            "",
+        ]
+    notes = df[df["note"] != ""]
+    if not notes.empty:
+        lines += [f"Note: {_md_escape(notes['note'].iloc[0])}.", ""]
+    lat = df.dropna(subset=["median_ms"])
+    if not lat.empty:
+        wide = lat.pivot_table(index=["exporter", "opset"], columns="column", values="median_ms", aggfunc="first")
+        wide = wide.reindex(columns=[c for c in columns if c in wide.columns])
+        rows = [[e, o, *(f"{v * 1e3:.0f}" if pd.notna(v) else "" for v in vals)] for (e, o), vals in wide.iterrows()]
+        lines += [
+            "Latency of the example probe, median µs (serial, 1 thread):",
+            "",
+            tabulate(rows, headers=["exporter", "opset", *wide.columns], tablefmt="github"),
+            "",
+        ]
+    return lines

@@ -1,0 +1,172 @@
+"""Worker processes that survive what a cell does to them.
+
+A segfault, an abort or a hang in one task costs that task alone: the pool
+notices the dead process (its sentinel) or the missed deadline, reports the
+task as crashed or timed out, and starts a fresh worker for the rest. Unlike
+``concurrent.futures.ProcessPoolExecutor``, one death does not break the pool.
+
+Workers are spawned (not forked), run an initializer once (import the runtime,
+load the corpus) and then take tasks: ``(function, payload)`` where function is
+``"module:name"`` resolved in the worker and payload is picklable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+_CTX = mp.get_context("spawn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What became of one task."""
+
+    task: Any
+    kind: str
+    """``ok``, ``error`` (the function raised), ``crash`` (the worker died) or ``timeout``."""
+    value: Any = None
+    """The function's return value for ``ok``; a description otherwise."""
+    seconds: float = 0.0
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_main(conn: Connection, init: str | None, initargs: tuple[Any, ...], log: str | None) -> None:
+    if log:  # native libraries print to fd 1/2; keep the parent's terminal clean
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    if init:
+        _resolve(init)(*initargs)
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        ref, payload = msg
+        try:
+            conn.send(("ok", _resolve(ref)(payload)))
+        except BaseException as exc:  # report, never die on a Python error
+            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+
+
+class _Worker:
+    def __init__(self, init: str | None, initargs: tuple[Any, ...], log: str | None) -> None:
+        self.conn, child = _CTX.Pipe()
+        self.proc = _CTX.Process(target=_worker_main, args=(child, init, initargs, log), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.task: Any = None
+        self.started = 0.0
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``killed by SIGSEGV`` / ``exited with status 3``."""
+    if exitcode is None:
+        return "worker died"
+    if exitcode < 0:
+        try:
+            return f"worker killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"worker killed by signal {-exitcode}"
+    return f"worker exited with status {exitcode}"
+
+
+def run_tasks(
+    ref: str,
+    tasks: Iterable[Any],
+    *,
+    workers: int,
+    timeout: float,
+    init: str | None = None,
+    initargs: tuple[Any, ...] = (),
+    log: str | None = None,
+) -> Iterator[Outcome]:
+    """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they finish.
+
+    ``timeout`` bounds each task, counted from when it was handed to a worker
+    (worker start-up, which imports the runtime, is not counted against it).
+    """
+    queue = deque(tasks)
+    pool = [_Worker(init, initargs, log) for _ in range(max(1, min(workers, len(queue))))]
+    try:
+        while queue or any(w.task is not None for w in pool):
+            for w in pool:
+                if w.ready and w.task is None and queue:
+                    w.task, w.started = queue.popleft(), time.monotonic()
+                    w.conn.send((ref, w.task))
+            deadlines = [w.started + timeout for w in pool if w.task is not None]
+            wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], wait_for)
+            now = time.monotonic()
+            survivors: list[_Worker] = []
+            for w in pool:
+                outcome, dead = _poll(w, ready, now, timeout, log)
+                if outcome is not None:
+                    yield outcome
+                if dead:
+                    w.kill()
+                    if queue:
+                        survivors.append(_Worker(init, initargs, log))
+                else:
+                    survivors.append(w)
+            pool = survivors
+    finally:
+        for w in pool:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        for w in pool:
+            w.proc.join(2)
+            w.kill()
+
+
+def _poll(w: _Worker, ready: list[Any], now: float, timeout: float, log: str | None) -> tuple[Outcome | None, bool]:
+    """What one worker has to say: (finished task's outcome, whether the worker is gone)."""
+    if w.conn in ready:
+        try:
+            kind, value = w.conn.recv()
+        except (EOFError, OSError):
+            kind, value = "dead", None
+        if kind == "ready":
+            w.ready = True
+            return None, False
+        if kind != "dead":
+            outcome = Outcome(w.task, kind, value, now - w.started)
+            w.task = None
+            return outcome, False
+    if w.conn in ready or w.proc.sentinel in ready:
+        w.proc.join(5)
+        reason = describe_exit(w.proc.exitcode)
+        if w.task is None:
+            if not w.ready:
+                raise RuntimeError(f"worker failed to start ({reason}); see {log or 'stderr'}")
+            return None, True
+        return Outcome(w.task, "crash", reason, now - w.started), True
+    if w.task is not None and now >= w.started + timeout:
+        return Outcome(w.task, "timeout", f"no result after {timeout:g} s", now - w.started), True
+    return None, False

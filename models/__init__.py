@@ -1,0 +1,1 @@
+"""Corpus modules: gotcha cases registered with :func:`harness.corpus.register`."""

@@ -1,0 +1,162 @@
+"""Nox sessions: the matrix as isolated environments.
+
+    nox -s matrix                      # export → every runtime of the default profile → report
+    nox -s matrix -- --profile full    # another profile of matrix.toml
+    nox -s matrix -- --corpus my.py    # add your own models
+    nox -s tests                       # lint, types, unit + integration + end-to-end tests
+
+Each ``run`` session holds one pinned onnxruntime (plus the constraints
+matrix.toml gives it), numpy and the harness installed with ``--no-deps``:
+no torch. The export session holds torch (the CPU build), onnx, onnxscript.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from harness.errors import HarnessError  # noqa: E402
+from harness.matrix import load  # noqa: E402
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["matrix"]
+nox.options.error_on_missing_interpreters = True
+
+try:
+    MATRIX = load(ROOT / "matrix.toml")
+except HarnessError as exc:  # one line, not a traceback from inside nox
+    sys.exit(f"nox: {exc}")
+
+EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", "numpy"]
+REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
+TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", "onnxruntime"]
+
+
+def _options(posargs: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="nox -s matrix --", add_help=False)
+    ap.add_argument("--profile", default="default")
+    ap.add_argument("--corpus", action="append", default=[])
+    ap.add_argument("--only-corpus", action="store_true")
+    ap.add_argument("--cases", default=None)
+    ap.add_argument("--out", default="build")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--force", action="store_true")
+    ns, rest = ap.parse_known_args(posargs)
+    if rest:
+        raise SystemExit(
+            f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, --force"
+        )
+    try:
+        MATRIX.profile(ns.profile)
+    except HarnessError as exc:
+        raise SystemExit(f"nox: {exc}") from None
+    return ns
+
+
+def _pip_find_links() -> str | None:
+    """Where pip finds local wheels (this machine's torch CPU wheel); uv does not read pip's config."""
+    links = os.environ.get("PIP_FIND_LINKS")
+    if not links:
+        try:
+            links = subprocess.run(
+                [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            links = ""
+    return links or None
+
+
+def _install_torch(session: nox.Session) -> None:
+    """torch's CPU build, never the multi-GB CUDA build: a local wheel if pip has one, else PyTorch's CPU index."""
+    pin = f"torch=={MATRIX.export.torch}+cpu"
+    links = _pip_find_links()
+    if links and any(Path(p).glob(f"torch-{MATRIX.export.torch}+cpu-*.whl") for p in links.split()):
+        session.install(pin, env={"UV_FIND_LINKS": links})
+    else:
+        session.install(
+            pin,
+            "--index-url",
+            "https://download.pytorch.org/whl/cpu",
+            "--extra-index-url",
+            "https://pypi.org/simple",
+            "--index-strategy",
+            "unsafe-best-match",
+        )
+
+
+def _harness(session: nox.Session) -> None:
+    session.install("--no-deps", "-e", str(ROOT))
+
+
+def _common(ns: argparse.Namespace) -> list[str]:
+    return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out]
+
+
+@nox.session
+def export(session: nox.Session) -> None:
+    """Export every case × exporter × opset of the profile (torch env)."""
+    ns = _options(session.posargs)
+    _install_torch(session)
+    session.install(*EXPORT_PKGS)
+    _harness(session)
+    corpus = [a for c in ns.corpus for a in ("--corpus", c)]
+    corpus += ["--only-corpus"] if ns.only_corpus else []
+    corpus += ["--cases", ns.cases] if ns.cases else []
+    session.run("harness", "export", *_common(ns), *corpus, env={"PYTHONUTF8": "1"})
+
+
+@nox.session
+@nox.parametrize("runtime", [nox.param(rt.pin, id=rt.id, tags=["run", rt.package]) for rt in MATRIX.runtimes])
+def run(session: nox.Session, runtime: str) -> None:
+    """Run the exported artifacts on one pinned runtime (no torch here)."""
+    ns = _options(session.posargs)
+    rt = MATRIX.runtime(runtime)
+    session.install(*rt.requirements)
+    _harness(session)
+    extra = ["--force"] if ns.force else []
+    session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Gather the shards into results/ (matrix.jsonl, README.md)."""
+    ns = _options(session.posargs)
+    session.install(*REPORT_PKGS)
+    _harness(session)
+    wall = []
+    started = os.environ.get("HARNESS_MATRIX_STARTED")
+    if started:
+        wall = ["--wall", f"{time.time() - float(started):.1f}"]
+    session.run("harness", "report", *_common(ns), "--results", ns.results, *wall)
+
+
+@nox.session(venv_backend="none")
+def matrix(session: nox.Session) -> None:
+    """The whole job: export → run on every runtime of the profile → report."""
+    ns = _options(session.posargs)
+    os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
+    session.notify("export", session.posargs)
+    for rt in MATRIX.profile(ns.profile).runtimes:
+        session.notify(f"run({rt.id})", session.posargs)
+    session.notify("report", session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """ruff, mypy, then pytest (real torch, real onnxruntime, real nox + uv)."""
+    _install_torch(session)
+    session.install(*EXPORT_PKGS, *REPORT_PKGS, *TEST_PKGS)
+    _harness(session)
+    session.run("ruff", "check", "harness", "models", "tests", "noxfile.py")
+    session.run("mypy", "harness")
+    session.run("pytest", *session.posargs, env={"PYTHONUTF8": "1"})

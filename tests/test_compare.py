@@ -1,0 +1,81 @@
+"""The comparison math: tolerance, NaN/inf agreement, shape and count mismatches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.compare import compare, describe
+
+
+def test_within_tolerance_passes_and_reports_the_largest_error() -> None:
+    ref = np.array([1.0, -2.0, 100.0], dtype=np.float32)
+    out = ref + np.array([1e-5, -5e-5, 0.05], dtype=np.float32)
+    ok, s = compare([ref], [out], atol=1e-4, rtol=1e-3)
+    assert ok
+    assert s.mismatched == 0 and s.total == 3
+    assert s.max_abs == pytest.approx(0.05, rel=1e-3)
+    assert s.max_rel == pytest.approx(5e-4, rel=1e-2)
+
+
+def test_outside_tolerance_counts_each_element() -> None:
+    ref = np.zeros((2, 3), dtype=np.float32)
+    out = ref.copy()
+    out[0, 1] = 1e-3
+    out[1, 2] = -2.0
+    ok, s = compare([ref], [out], atol=1e-4, rtol=1e-3)
+    assert not ok
+    assert s.mismatched == 2
+    assert s.max_abs == pytest.approx(2.0)
+    assert s.max_rel is None  # every reference element is zero: no relative error defined
+    assert "2/6 elements differ" in describe(s)
+
+
+def test_rtol_scales_with_the_reference() -> None:
+    ref = np.array([1000.0])
+    ok, _ = compare([ref], [ref * (1 + 5e-4)], atol=0.0, rtol=1e-3)
+    assert ok
+    ok, _ = compare([ref], [ref * (1 + 5e-3)], atol=0.0, rtol=1e-3)
+    assert not ok
+
+
+def test_nan_must_meet_nan() -> None:
+    ref = np.array([np.nan, 1.0, 2.0])
+    ok, s = compare([ref], [ref.copy()], atol=1e-4, rtol=1e-3)
+    assert ok and s.nan_ref == 1 and s.nan_out == 1
+    # runtime NaN where torch had a number: a mismatch whatever the tolerance
+    ok, s = compare([ref], [np.array([np.nan, np.nan, 2.0])], atol=1e9, rtol=1e9)
+    assert not ok and s.mismatched == 1 and s.nan_out == 2
+    assert "NaN: torch 1, runtime 2" in describe(s)
+    # and a number where torch had NaN
+    ok, s = compare([ref], [np.array([0.0, 1.0, 2.0])], atol=1e9, rtol=1e9)
+    assert not ok and s.mismatched == 1
+
+
+def test_inf_must_meet_inf_of_the_same_sign() -> None:
+    ref = np.array([np.inf, -np.inf, 1.0])
+    assert compare([ref], [ref.copy()], atol=0, rtol=0)[0]
+    ok, s = compare([ref], [np.array([np.inf, np.inf, 1.0])], atol=0, rtol=0)
+    assert not ok and s.mismatched == 1
+    ok, s = compare([ref], [np.array([3e38, -np.inf, 1.0])], atol=1e9, rtol=1e9)
+    assert not ok and s.inf_out == 1 and s.inf_ref == 2
+
+
+def test_shape_mismatch_names_the_output() -> None:
+    ok, s = compare([np.zeros((1, 10)), np.zeros(3)], [np.zeros((1, 10)), np.zeros(4)], atol=1, rtol=1)
+    assert not ok
+    assert s.shape_mismatch == "output 1: shape (4,), torch (3,)"
+    assert describe(s) == s.shape_mismatch
+
+
+def test_output_count_mismatch() -> None:
+    ok, s = compare([np.zeros(2)], [np.zeros(2), np.zeros(2)], atol=1, rtol=1)
+    assert not ok and s.shape_mismatch == "2 outputs, torch has 1"
+
+
+def test_integer_and_bool_outputs_compare_exactly_under_zero_tolerance() -> None:
+    ref = np.array([1, 2, 3], dtype=np.int64)
+    assert compare([ref], [ref.copy()], atol=0, rtol=0)[0]
+    assert not compare([ref], [ref + 1], atol=0, rtol=0)[0]
+    b = np.array([True, False])
+    assert not compare([b], [~b], atol=0, rtol=0)[0]

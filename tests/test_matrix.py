@@ -1,0 +1,123 @@
+"""matrix.toml validation: the real file loads; every bad input is one line naming key and fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.matrix import KNOWN_RELEASES, load, version_tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """
+[export]
+torch = "2.13.0"
+onnx = "1.23.2"
+onnxscript = "0.7.2"
+
+[corpus]
+modules = ["models.articles"]
+
+[[runtimes]]
+pin = "onnxruntime==1.17.3"
+constraints = ["numpy<2"]
+
+[[runtimes]]
+pin = "onnxruntime==1.32.0"
+
+[profiles.default]
+runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]
+providers = ["cpu"]
+exporters = ["torchscript", "dynamo"]
+opsets = [17, 18]
+"""
+
+
+def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    return load(path)
+
+
+def test_the_committed_matrix_loads_and_meets_the_profile_rules() -> None:
+    m = load(ROOT / "matrix.toml")
+    default = m.profile("default")
+    versions = [version_tuple(rt.version) for rt in default.runtimes]
+    assert len(versions) >= 4
+    assert min(versions) <= (1, 16, 99) and max(versions) == max(version_tuple(v) for v in KNOWN_RELEASES["onnxruntime"])
+    assert {13, 17, 18, 20} <= set(default.opsets)
+    assert set(default.exporters) == {"torchscript", "dynamo"}
+    # full: the newest patch of every minor from 1.15 to the newest
+    full = {version_tuple(rt.version)[:2]: rt.version for rt in m.profile("full").runtimes}
+    newest_patch: dict[tuple[int, ...], str] = {}
+    for v in KNOWN_RELEASES["onnxruntime"]:
+        newest_patch[version_tuple(v)[:2]] = max(newest_patch.get(version_tuple(v)[:2], v), v, key=version_tuple)
+    assert full == newest_patch
+    # runtimes before 1.19 were built against numpy 1.x: the constraint must travel with them
+    for rt in m.runtimes:
+        assert ("numpy<2" in rt.constraints) == (version_tuple(rt.version) < (1, 19)), rt.pin
+
+
+def test_good_minimal_file(tmp_path: Path) -> None:
+    m = _load(tmp_path, GOOD)
+    assert [rt.id for rt in m.profile("default").runtimes] == ["ort-1.17.3", "ort-1.32.0"]
+    assert m.runtime("1.17.3").requirements == ("onnxruntime==1.17.3", "numpy<2")
+
+
+BAD = [
+    ("unknown-top-key", GOOD + "\n[colour]\nx = 1\n", r"matrix\.toml: colour: unknown key; allowed: .*"),
+    ("unknown-key-typo", GOOD.replace("opsets = [17, 18]", "opset = [17, 18]"),
+     r"profiles\.default\.opset: unknown key \(did you mean 'opsets'\?\)"),
+    ("unpinned", GOOD.replace('pin = "onnxruntime==1.32.0"', 'pin = "onnxruntime==1.17"'),
+     r'runtimes\[1\]\.pin: "onnxruntime==1\.17" is not pinned; write "onnxruntime==1\.17\.3"'),
+    ("bare-version", GOOD.replace('pin = "onnxruntime==1.32.0"', 'pin = "1.20.1"'),
+     r"runtimes\[1\]\.pin: '1\.20\.1' is not a pin; write \"onnxruntime==1\.20\.1\""),
+    ("never-released", GOOD.replace('pin = "onnxruntime==1.32.0"', 'pin = "onnxruntime==1.17.2"'),
+     r"onnxruntime 1\.17\.2 is not a known release; nearest: 1\.17\.1, 1\.17\.3"),
+    ("opset-range", GOOD.replace("opsets = [17, 18]", "opsets = [17, 99]"),
+     r"profiles\.default\.opsets: opset 99 is out of range; use 7\.\.25"),
+    ("provider", GOOD.replace('providers = ["cpu"]', 'providers = ["cpu", "cudaa"]'),
+     r"profiles\.default\.providers: unknown provider 'cudaa' \(did you mean 'cuda'\?\)"),
+    ("exporter", GOOD.replace('exporters = ["torchscript", "dynamo"]', 'exporters = ["fx"]'),
+     r"profiles\.default\.exporters: unknown exporter 'fx'"),
+    ("empty-axis", GOOD.replace("opsets = [17, 18]", "opsets = []"),
+     r"profiles\.default\.opsets: is empty; list at least one entry"),
+    ("duplicate-opset", GOOD.replace("opsets = [17, 18]", "opsets = [17, 17]"),
+     r"profiles\.default\.opsets: lists 17 twice; remove the duplicate"),
+    ("duplicate-runtime", GOOD.replace('pin = "onnxruntime==1.32.0"', 'pin = "onnxruntime==1.17.3"'),
+     r"runtimes\[1\]\.pin: onnxruntime==1\.17\.3 is declared twice"),
+    ("undeclared-runtime", GOOD.replace('runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]',
+                                        'runtimes = ["onnxruntime==1.20.1"]'),
+     r"profiles\.default\.runtimes: onnxruntime==1\.20\.1 is not declared; add a \[\[runtimes\]\] entry"),
+    ("no-default-profile", GOOD.replace("[profiles.default]", "[profiles.nightly]"),
+     r"profiles: has no \[profiles\.default\]"),
+    ("wrong-type", GOOD.replace("opsets = [17, 18]", 'opsets = "17"'),
+     r"profiles\.default\.opsets: must be list, got '17'"),
+    ("not-toml", GOOD + "\n[broken\n", r"matrix\.toml: not valid TOML"),
+    ("export-unpinned", GOOD.replace('torch = "2.13.0"', 'torch = "2.13"'),
+     r"export\.torch: '2\.13' is not pinned"),
+]
+
+
+@pytest.mark.parametrize(("text", "pattern"), [(t, p) for _, t, p in BAD], ids=[i for i, _, _ in BAD])
+def test_bad_input_is_one_line_naming_key_and_fix(tmp_path: Path, text: str, pattern: str) -> None:
+    with pytest.raises(HarnessError) as info:
+        _load(tmp_path, text)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("matrix.toml: ")
+    assert re.search(pattern, message), message
+
+
+def test_missing_profile_lists_the_profiles(tmp_path: Path) -> None:
+    m = _load(tmp_path, GOOD)
+    with pytest.raises(HarnessError, match=r"no profile 'defualt' \(did you mean 'default'\?\); profiles are: default"):
+        m.profile("defualt")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="no such file"):
+        load(tmp_path / "nope.toml")

@@ -1,0 +1,46 @@
+"""Records survive the trip through JSON unchanged (shards and reports depend on it)."""
+
+from __future__ import annotations
+
+import json
+
+from harness.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status, first_line
+
+
+def test_cell_record_round_trip() -> None:
+    cell = CellRecord(
+        case="frozen_batch", exporter="dynamo", opset=18, runtime="onnxruntime==1.17.3", provider="cpu",
+        probe="batch8", status=Status.MISMATCH, stage=Stage.COMPARE, error_class="Mismatch", error_line="x",
+        diff=DiffStats(0.5, None, 3, 10, nan_ref=1, shape_mismatch=None),
+        providers_used=("CPUExecutionProvider",), opset_actual=18, ir_version=10,
+        latency=Latency(0.1, 0.2, 50, 5, 1, 3.0), sha256="ab", note="n", seconds=0.25, env={"onnxruntime": "1.17.3"},
+    )
+    back = CellRecord.from_dict(json.loads(json.dumps(cell.to_dict())))
+    assert back == cell
+    assert back.key == "frozen_batch|dynamo|op18|onnxruntime==1.17.3|cpu|batch8"
+
+
+def test_cell_record_ignores_unknown_fields_from_newer_writers() -> None:
+    data = CellRecord("a", "dynamo", 18, "onnxruntime==1.32.0", "cpu", "example", Status.PASS, Stage.RUN).to_dict()
+    data["added_later"] = 1
+    assert CellRecord.from_dict(data).status is Status.PASS
+
+
+def test_export_record_round_trip() -> None:
+    rec = ExportRecord(
+        case="c", exporter="torchscript", opset=13, ok=True, seconds=0.1, opset_actual=13, ir_version=7,
+        checker="ok", warnings=({"category": "TracerWarning", "message": "m"},), graph={"nodes": 3},
+        probes=("example", "negative"), sha256="ff", versions={"torch": "2.13.0"}, card={"symptom": "s"},
+    )
+    assert ExportRecord.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+def test_status_fold_order_puts_failures_before_probes_above_passes() -> None:
+    assert Status.EXPORT_FAIL.severity > Status.LOAD_FAIL.severity > Status.RUN_FAIL.severity
+    assert Status.MISMATCH.severity > Status.PASS.severity
+    assert len({s.symbol for s in Status}) == len(Status)
+
+
+def test_first_line_strips_ansi_and_blank_lines() -> None:
+    assert first_line("\n\n  \x1b[96mstep 1/3\x1b[0m of x\nmore") == "step 1/3 of x"
+    assert first_line("a" * 500).endswith("…") and len(first_line("a" * 500)) == 300
