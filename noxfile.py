@@ -39,7 +39,8 @@ except HarnessError as exc:  # one line, not a traceback from inside nox
 
 EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
-TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", "onnxruntime"]
+# The tests run on the newest runtime of the default profile.
+TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", MATRIX.profile("default").runtimes[-1].pin]
 
 
 def _options(posargs: list[str]) -> argparse.Namespace:

@@ -177,7 +177,7 @@ def _markdown(
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
 
     # Newest safe opset per runtime: the highest opset at which every case that passes anywhere passes here.
-    lines += ["## Summary", "", _summary(df, columns), ""]
+    lines += ["## Summary", "", _summary(df, columns, cases), ""]
     lines += ["## Per case", ""]
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
@@ -188,11 +188,12 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _summary(df: pd.DataFrame, columns: list[str]) -> str:
-    table = df.groupby(["case", "exporter", "opset", "column"], sort=False).apply(_fold, include_groups=False)
+def _summary(df: pd.DataFrame, columns: list[str], cases: list[str]) -> str:
+    df = df.assign(case=pd.Categorical(df["case"], categories=cases, ordered=True))  # corpus order, twin after its case
+    table = df.groupby(["case", "exporter", "opset", "column"], observed=True).apply(_fold, include_groups=False)
     wide = table.unstack("column").reindex(columns=columns).fillna("")
     wide = wide.reset_index()
-    wide["case"] = [f"[{c}](#{c.replace('_', '_')})" for c in wide["case"]]
+    wide["case"] = [f"[{c}](#{c})" for c in wide["case"]]
     return tabulate(wide.values.tolist(), headers=["case", "exporter", "opset", *columns], tablefmt="github")
 
 

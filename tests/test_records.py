@@ -9,11 +9,25 @@ from harness.records import CellRecord, DiffStats, ExportRecord, Latency, Stage,
 
 def test_cell_record_round_trip() -> None:
     cell = CellRecord(
-        case="frozen_batch", exporter="dynamo", opset=18, runtime="onnxruntime==1.17.3", provider="cpu",
-        probe="batch8", status=Status.MISMATCH, stage=Stage.COMPARE, error_class="Mismatch", error_line="x",
+        case="frozen_batch",
+        exporter="dynamo",
+        opset=18,
+        runtime="onnxruntime==1.17.3",
+        provider="cpu",
+        probe="batch8",
+        status=Status.MISMATCH,
+        stage=Stage.COMPARE,
+        error_class="Mismatch",
+        error_line="x",
         diff=DiffStats(0.5, None, 3, 10, nan_ref=1, shape_mismatch=None),
-        providers_used=("CPUExecutionProvider",), opset_actual=18, ir_version=10,
-        latency=Latency(0.1, 0.2, 50, 5, 1, 3.0), sha256="ab", note="n", seconds=0.25, env={"onnxruntime": "1.17.3"},
+        providers_used=("CPUExecutionProvider",),
+        opset_actual=18,
+        ir_version=10,
+        latency=Latency(0.1, 0.2, 50, 5, 1, 3.0),
+        sha256="ab",
+        note="n",
+        seconds=0.25,
+        env={"onnxruntime": "1.17.3"},
     )
     back = CellRecord.from_dict(json.loads(json.dumps(cell.to_dict())))
     assert back == cell
@@ -28,9 +42,20 @@ def test_cell_record_ignores_unknown_fields_from_newer_writers() -> None:
 
 def test_export_record_round_trip() -> None:
     rec = ExportRecord(
-        case="c", exporter="torchscript", opset=13, ok=True, seconds=0.1, opset_actual=13, ir_version=7,
-        checker="ok", warnings=({"category": "TracerWarning", "message": "m"},), graph={"nodes": 3},
-        probes=("example", "negative"), sha256="ff", versions={"torch": "2.13.0"}, card={"symptom": "s"},
+        case="c",
+        exporter="torchscript",
+        opset=13,
+        ok=True,
+        seconds=0.1,
+        opset_actual=13,
+        ir_version=7,
+        checker="ok",
+        warnings=({"category": "TracerWarning", "message": "m"},),
+        graph={"nodes": 3},
+        probes=("example", "negative"),
+        sha256="ff",
+        versions={"torch": "2.13.0"},
+        card={"symptom": "s"},
     )
     assert ExportRecord.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
 

@@ -1,0 +1,111 @@
+"""End to end: real nox + uv sessions over two real onnxruntime versions.
+
+`nox -s matrix -- --profile smoke` exports with torch 2.13 in its own env,
+runs onnxruntime 1.17.3 (numpy<2, IR version <= 9) and the newest in two
+more envs holding no torch, and writes the report. The assertions are what
+the articles and the runtimes promise.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.matrix import load
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = "frozen_batch,frozen_batch_fixed,data_dependent_branch,data_dependent_branch_fixed,fft_rfft,fft_rfft_matmul"
+NEWEST = load(ROOT / "matrix.toml").profile("smoke").runtimes[-1]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, str, str], dict]:  # type: ignore[type-arg]
+    tmp = tmp_path_factory.mktemp("e2e")
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+    cmd = [
+        nox,
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "-s",
+        "matrix",
+        "--",
+        "--profile",
+        "smoke",
+        "--cases",
+        CASES,
+        "--out",
+        str(tmp / "build"),
+        "--results",
+        str(tmp / "results"),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cells = [json.loads(line) for line in (tmp / "results" / "matrix.jsonl").read_text().splitlines()]
+    assert (tmp / "results" / "README.md").is_file()
+    return {(c["case"], c["exporter"], c["opset"], c["runtime"].split("==")[1], c["probe"]): c for c in cells}
+
+
+pytestmark = pytest.mark.e2e
+
+
+def statuses(cells: dict, case: str, exporter: str, runtime: str) -> set[str]:  # type: ignore[type-arg]
+    return {c["status"] for (k, e, _, r, _), c in cells.items() if (k, e, r) == (case, exporter, runtime)}
+
+
+def test_both_runtimes_ran_in_their_own_envs(smoke: dict) -> None:  # type: ignore[type-arg]
+    runtimes = {k[3] for k in smoke}
+    assert runtimes == {"1.17.3", NEWEST.version}
+    for c in smoke.values():
+        if c["env"]:
+            assert c["env"]["onnxruntime"] == c["runtime"].split("==")[1]
+    old = next(c for c in smoke.values() if c["runtime"] == "onnxruntime==1.17.3" and c["env"])
+    assert old["env"]["numpy"].startswith("1."), "1.17.3 needs numpy<2 from matrix.toml's constraints"
+    # the runtime envs hold no torch
+    for env in ("run-ort-1-17-3", f"run-ort-{NEWEST.version.replace('.', '-')}"):
+        py = ROOT / ".nox" / env / "bin" / "python"
+        assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
+
+
+def test_frozen_batch_fails_at_batch_8(smoke: dict) -> None:  # type: ignore[type-arg]
+    for rt in ("1.17.3", NEWEST.version):
+        for op in (17, 18):
+            cell = smoke[("frozen_batch", "torchscript", op, rt, "batch8")]
+            assert cell["status"] == "run-fail"
+            assert "Got invalid dimensions" in cell["error_line"]
+            assert smoke[("frozen_batch", "torchscript", op, rt, "example")]["status"] == "pass"
+    assert smoke[("frozen_batch", "dynamo", 18, NEWEST.version, "batch8")]["status"] == "run-fail"
+
+
+def test_data_dependent_branch_mismatch_on_negative_inputs(smoke: dict) -> None:  # type: ignore[type-arg]
+    for rt in ("1.17.3", NEWEST.version):
+        assert smoke[("data_dependent_branch", "torchscript", 17, rt, "negative")]["status"] == "mismatch"
+        assert smoke[("data_dependent_branch", "torchscript", 17, rt, "example")]["status"] == "pass"
+
+
+def test_fft_rfft_is_an_export_fail_for_torchscript(smoke: dict) -> None:  # type: ignore[type-arg]
+    cell = smoke[("fft_rfft", "torchscript", 18, NEWEST.version, "example")]
+    assert cell["status"] == "export-fail" and "aten::fft_rfft" in cell["error_line"]
+    assert smoke[("fft_rfft", "dynamo", 18, NEWEST.version, "example")]["status"] == "pass"
+
+
+def test_ir_version_10_is_a_load_fail_on_1_17_with_the_runtime_message(smoke: dict) -> None:  # type: ignore[type-arg]
+    dynamo_old = [c for k, c in smoke.items() if k[1] == "dynamo" and k[3] == "1.17.3" and c["ir_version"] == 10]
+    assert dynamo_old
+    for c in dynamo_old:
+        assert c["status"] == "load-fail"
+        assert "Unsupported model IR version: 10, max supported IR version: 9" in c["error_line"]
+        assert c["error"].startswith("[ONNXRuntimeError]")  # the runtime's own, full message is kept
+
+
+def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
+    for case in ("frozen_batch_fixed", "data_dependent_branch_fixed", "fft_rfft_matmul"):
+        for rt in ("1.17.3", NEWEST.version):
+            assert statuses(smoke, case, "torchscript", rt) == {"pass"}, case
+        assert {c["status"] for k, c in smoke.items() if k[:2] == (case, "dynamo") and k[2] == 18 and k[3] == NEWEST.version} == {
+            "pass"
+        }

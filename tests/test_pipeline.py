@@ -1,0 +1,157 @@
+"""Real exports (torch 2.13) run on the real onnxruntime of this environment.
+
+Every case of the corpus is exported by both exporters at opset 18 and run
+on the newest onnxruntime, once per session (module fixture); the tests then
+assert what the articles and the runtimes promise, cell by cell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnxruntime
+import pytest
+
+from harness import corpus
+from harness.export import export_all
+from harness.matrix import Matrix, Profile, load
+from harness.records import CellRecord, ExportRecord, Status
+from harness.run import read_shard, run_runtime, shard_path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = load(ROOT / "matrix.toml")
+REGISTRY = corpus.load(MATRIX.corpus, ROOT)
+TWINS = [c.name for c in REGISTRY if c.fixes]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Matrix]]:
+    out = tmp_path_factory.mktemp("build")
+    runtime = MATRIX.runtime(onnxruntime.__version__)
+    profile = Profile("test", (runtime,), ("cpu",), ("torchscript", "dynamo"), (18,))
+    export_all(MATRIX, profile, MATRIX.corpus, out, root=ROOT, echo=lambda _: None)
+    run_runtime(MATRIX, runtime, ["cpu"], out, echo=lambda _: None)
+    yield out, MATRIX
+
+
+def _cells(out: Path, case: str, exporter: str | None = None) -> dict[tuple[str, str], CellRecord]:
+    runtime = MATRIX.runtime(onnxruntime.__version__)
+    cells = read_shard(shard_path(out, runtime, "cpu")).values()
+    return {(c.exporter, c.probe): c for c in cells if c.case == case and exporter in (None, c.exporter)}
+
+
+def _export(out: Path, case: str, exporter: str) -> ExportRecord:
+    path = out / "artifacts" / f"{case}.{exporter}.op18" / "export.json"
+    return ExportRecord.from_dict(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("case", REGISTRY.names())
+def test_every_case_exports_and_runs_every_probe(run: tuple[Path, Matrix], case: str) -> None:
+    out, _ = run
+    cells = _cells(out, case)
+    for exporter in ("torchscript", "dynamo"):
+        rec = _export(out, case, exporter)
+        assert "example" in rec.probes
+        assert {p for (e, p) in cells if e == exporter} == set(rec.probes)
+        if rec.ok:
+            assert (out / "artifacts" / rec.key.id / "model.onnx").is_file()
+            assert rec.checker and rec.ir_version and rec.opset_actual
+    for cell in cells.values():
+        # a corpus case may fail in many ways, but never by crashing the harness
+        assert cell.status not in (Status.CRASH, Status.TIMEOUT, Status.ENV_ERROR), cell.error
+        if cell.status in (Status.PASS, Status.MISMATCH):
+            assert cell.diff is not None and cell.diff.total > 0
+            assert cell.providers_used[0] == "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize("case", TWINS)
+def test_fixed_twins_pass(run: tuple[Path, Matrix], case: str) -> None:
+    out, _ = run
+    for (exporter, probe), cell in _cells(out, case).items():
+        if (case, exporter) == ("loop_scripted", "dynamo"):
+            # torch.export does not take a ScriptModule: the scripted twin is a TorchScript-exporter fix
+            assert cell.status is Status.EXPORT_FAIL
+            continue
+        assert cell.status is Status.PASS, f"{exporter}/{probe}: {cell.error_line}"
+
+
+def test_frozen_batch_fails_at_batch_8(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    for exporter in ("torchscript", "dynamo"):
+        cells = _cells(out, "frozen_batch", exporter)
+        assert cells[(exporter, "example")].status is Status.PASS
+        bad = cells[(exporter, "batch8")]
+        assert bad.status is Status.RUN_FAIL
+        assert "Got invalid dimensions" in (bad.error_line or "")
+        assert "Got: 8 Expected: 1" in (bad.error_line or "")
+
+
+def test_data_dependent_branch_is_a_mismatch_on_negative_inputs_for_torchscript(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    cells = _cells(out, "data_dependent_branch", "torchscript")
+    assert cells[("torchscript", "example")].status is Status.PASS
+    neg = cells[("torchscript", "negative")]
+    assert neg.status is Status.MISMATCH
+    assert neg.diff is not None and neg.diff.mismatched == neg.diff.total and neg.diff.max_abs is not None
+    assert neg.diff.max_abs > 50  # x - 100 against x * 2
+    rec = _export(out, "data_dependent_branch", "torchscript")
+    assert rec.warnings[0]["category"] == "TracerWarning"  # TracerWarnings come first
+
+
+def test_data_dependent_branch_is_refused_by_dynamo_in_torch_2_13(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    rec = _export(out, "data_dependent_branch", "dynamo")
+    assert not rec.ok
+    assert "data-dependent" in (rec.error_line or "")
+    assert {c.status for c in _cells(out, "data_dependent_branch", "dynamo").values()} == {Status.EXPORT_FAIL}
+
+
+def test_fft_rfft_is_an_export_fail_for_torchscript_and_runs_for_dynamo_at_18(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    rec = _export(out, "fft_rfft", "torchscript")
+    assert not rec.ok and rec.error_class == "UnsupportedOperatorError"
+    assert "aten::fft_rfft" in (rec.error_line or "")
+    assert {c.status for c in _cells(out, "fft_rfft", "torchscript").values()} == {Status.EXPORT_FAIL}
+    assert {c.status for c in _cells(out, "fft_rfft", "dynamo").values()} == {Status.PASS}
+
+
+def test_loop_count_is_frozen_by_tracing(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    for exporter in ("torchscript", "dynamo"):
+        cells = _cells(out, "loop_unrolled", exporter)
+        assert cells[(exporter, "example")].status is Status.PASS
+        other = [c for (e, p), c in cells.items() if p.startswith("n")]  # other loop counts than the export's
+        assert other and all(c.status is Status.MISMATCH for c in other)
+        assert all("not graph inputs" in (c.note or "") for c in other)
+
+
+def test_constants_in_forward_vs_buffers_graph_counts(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    # TorchScript keeps tensors built in forward() as Constant nodes; buffers become initializers.
+    inline = _export(out, "constants_in_forward", "torchscript").graph
+    buffers = _export(out, "constants_as_buffers", "torchscript").graph
+    assert (inline["constants"], inline["initializers"]) == (2, 0)
+    assert (buffers["constants"], buffers["initializers"]) == (0, 2)
+    # dynamo lifts both into initializers: the gotcha is the TorchScript exporter's
+    assert _export(out, "constants_in_forward", "dynamo").graph["constants"] == 0
+
+
+def test_latency_is_measured_for_passing_example_probes(run: tuple[Path, Matrix]) -> None:
+    out, _ = run
+    cell = _cells(out, "frozen_batch_fixed", "torchscript")[("torchscript", "example")]
+    assert cell.latency is not None
+    assert cell.latency.runs >= MATRIX.latency.min_runs
+    assert 0 < cell.latency.median_ms <= cell.latency.p90_ms
+    assert cell.latency.threads == MATRIX.latency.threads
+
+
+def test_rerun_reuses_unchanged_cells(run: tuple[Path, Matrix]) -> None:
+    out, matrix = run
+    runtime = matrix.runtime(onnxruntime.__version__)
+    before = read_shard(shard_path(out, runtime, "cpu"))
+    lines: list[str] = []
+    run_runtime(matrix, runtime, ["cpu"], out, echo=lines.append)
+    assert " 0 to run" in lines[0]
+    assert read_shard(shard_path(out, runtime, "cpu")) == before
