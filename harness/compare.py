@@ -55,12 +55,12 @@ def describe(stats: DiffStats) -> str:
     if stats.shape_mismatch:
         return stats.shape_mismatch
     parts = [f"{stats.mismatched}/{stats.total} elements differ"]
-    if stats.max_abs is not None:
-        parts.append(f"max abs {stats.max_abs:.3g}")
-    if stats.max_rel is not None:
-        parts.append(f"max rel {stats.max_rel:.3g}")
     if stats.nan_ref != stats.nan_out:
         parts.append(f"NaN: torch {stats.nan_ref}, runtime {stats.nan_out}")
     if stats.inf_ref != stats.inf_out:
         parts.append(f"inf: torch {stats.inf_ref}, runtime {stats.inf_out}")
+    if stats.max_abs is not None:
+        parts.append(f"max abs {stats.max_abs:.3g}")
+    if stats.max_rel is not None:
+        parts.append(f"max rel {stats.max_rel:.3g}")
     return ", ".join(parts)

@@ -240,7 +240,11 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
     if "example" in probe_errors:
         return fail(RuntimeError(f"torch cannot run the example inputs: {probe_errors['example']}"), probe_errors=probe_errors)
     np.savez(out_dir / "reference.npz", **arrays)
-    base.update(probes=tuple(p for p in probes if p not in probe_errors), probe_errors=probe_errors)
+    base.update(
+        probes=tuple(p for p in probes if p not in probe_errors),
+        probe_errors=probe_errors,
+        reference_sha256=sha256(out_dir / "reference.npz"),
+    )
 
     if key.exporter not in case.exporters:
         return ExportRecord(

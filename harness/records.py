@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -175,13 +176,22 @@ class ExportRecord:
     atol: float = 1e-4
     rtol: float = 1e-3
     sha256: str | None = None
-    """Of model.onnx; cells carry it, so a changed artifact invalidates its cells."""
+    """Of model.onnx."""
+    reference_sha256: str | None = None
+    """Of reference.npz (probe inputs and torch's outputs)."""
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     card: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def key(self) -> ArtifactKey:
         return ArtifactKey(self.case, self.exporter, self.opset)
+
+    @property
+    def digest(self) -> str:
+        """Everything a cell's verdict depends on from the export side: model, references,
+        probes and tolerance. A cell whose ``inputs`` equals it need not run again."""
+        parts = (self.sha256, self.reference_sha256, ",".join(self.probes), repr(self.atol), repr(self.rtol))
+        return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -219,6 +229,9 @@ class CellRecord:
     ir_version: int | None = None
     latency: Latency | None = None
     sha256: str | None = None
+    """Of the artifact's model.onnx."""
+    inputs: str | None = None
+    """:attr:`ExportRecord.digest` of the artifact this cell ran: resume compares it."""
     note: str | None = None
     seconds: float = 0.0
     env: dict[str, str] = dataclasses.field(default_factory=dict)

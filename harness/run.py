@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -84,16 +85,20 @@ class _Appender:
 
 
 def probe_environment() -> tuple[dict[str, str] | None, str]:
-    """Import the runtime in a child process: (environment, '') or (None, the import error)."""
+    """Import the runtime in a child process: (environment, '') or (None, what went wrong).
+
+    The message's first line is the diagnosis; the child's stderr follows it.
+    """
     proc = subprocess.run([sys.executable, "-c", _ENV_PROBE], capture_output=True, text=True, timeout=300)
     if proc.returncode == 0:
         return json.loads(proc.stdout.strip().splitlines()[-1]), ""
-    err = proc.stderr.strip()
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    # The exception's own line is last; numpy's ABI complaint comes before it.
-    key = next((ln for ln in lines if "_ARRAY_API" in ln), "")
-    detail = " | ".join(x for x in (key, lines[-1] if lines else f"exit status {proc.returncode}") if x)
-    return None, detail
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
+    what = " / ".join(dict.fromkeys(errors)) or (lines[-1] if lines else f"exit status {proc.returncode}")
+    line = f"onnxruntime fails to import: {what}"
+    if "_ARRAY_API" in proc.stderr or "numpy.core.multiarray failed to import" in proc.stderr:
+        line += ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
+    return None, line + "\n" + proc.stderr[-4000:]
 
 
 def load_artifacts(out: Path) -> list[ExportRecord]:
@@ -108,6 +113,12 @@ def load_artifacts(out: Path) -> list[ExportRecord]:
             raise HarnessError(f"{path}: missing although the manifest lists it; rerun the export")
         records.append(ExportRecord.from_dict(json.loads(path.read_text())))
     return records
+
+
+def _cell_env(env: dict[str, str] | None, rec: ExportRecord) -> dict[str, str]:
+    """The runtime env as measured here, plus the versions the artifact was exported with."""
+    exported = {k: v for k, v in rec.versions.items() if k in ("torch", "onnx", "onnxscript")}
+    return {**exported, **(env or {})}
 
 
 def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
@@ -160,7 +171,8 @@ def run_runtime(
                 opset_actual=rec.opset_actual,
                 ir_version=rec.ir_version,
                 sha256=rec.sha256,
-                env=env or {},
+                inputs=rec.digest,
+                env=_cell_env(env, rec),
             )
             if env is None:
                 new = [
@@ -177,12 +189,12 @@ def run_runtime(
                 new = _static_cells(rec, base)
             else:
                 old = [existing.get(base.replace(probe=p).key) for p in rec.probes]
-                if all(c is not None and c.sha256 == rec.sha256 and c.status is not Status.ENV_ERROR for c in old):
+                if all(c is not None and c.inputs == rec.digest and c.status is not Status.ENV_ERROR for c in old):
                     new = [c for c in old if c is not None]
                 else:
                     art_dir = str(out / "artifacts" / rec.key.id)
                     by_dir[art_dir] = rec
-                    tasks.append({"dir": art_dir, "provider": provider, "runtime": runtime.pin, "env": env, "threads": 1})
+                    tasks.append({"dir": art_dir, "provider": provider, "runtime": runtime.pin, "env": base.env, "threads": 1})
                     continue
             for c in new:
                 cells[c.key] = c
@@ -247,6 +259,7 @@ def _worker_failure(rec: ExportRecord, task: dict[str, Any], kind: str, value: A
             error_line=line,
             error=full,
             sha256=rec.sha256,
+            inputs=rec.digest,
             opset_actual=rec.opset_actual,
             ir_version=rec.ir_version,
             seconds=seconds,

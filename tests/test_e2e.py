@@ -24,8 +24,13 @@ NEWEST = load(ROOT / "matrix.toml").profile("smoke").runtimes[-1]
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, str, str], dict]:  # type: ignore[type-arg]
-    tmp = tmp_path_factory.mktemp("e2e")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: ignore[type-arg]
+    tmp = build
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
     cmd = [
         nox,
@@ -109,3 +114,44 @@ def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
         assert {c["status"] for k, c in smoke.items() if k[:2] == (case, "dynamo") and k[2] == 18 and k[3] == NEWEST.version} == {
             "pass"
         }
+
+
+def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """onnxruntime 1.18.0 does not declare numpy<2 and fails to import beside numpy 2: a real broken env."""
+    matrix = tmp_path / "matrix.toml"
+    text = (ROOT / "matrix.toml").read_text()
+    matrix.write_text(text.replace("[profiles.default]", '[[runtimes]]\npin = "onnxruntime==1.18.0"\n\n[profiles.default]'))
+    venv = tmp_path / "venv"
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, "onnxruntime==1.18.0", "numpy>=2"], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(ROOT)], check=True)
+    proc = subprocess.run(
+        [
+            py,
+            "-m",
+            "harness",
+            "run",
+            "--matrix",
+            str(matrix),
+            "--profile",
+            "smoke",
+            "--out",
+            str(build / "build"),
+            "--runtime",
+            "onnxruntime==1.18.0",
+            "--no-latency",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shard = build / "build" / "shards" / "ort-1.18.0-cpu.jsonl"
+    cells = [json.loads(line) for line in shard.read_text().splitlines()]
+    assert cells and {c["status"] for c in cells} == {"env-error"}
+    assert cells[0]["error_line"] == (
+        "onnxruntime fails to import: AttributeError: _ARRAY_API not found / ImportError"
+        ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
+    )

@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.compare import compare, describe
 from harness.matrix import PROVIDERS
-from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
+from harness.records import CellRecord, ExportRecord, Latency, Stage, Status
 
 _ORT: Any = None
 
@@ -58,15 +58,17 @@ def cpu_model() -> str:
 
 
 _LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
-_SOURCE_LOC = re.compile(r"\S+\.(?:cc|cpp|h):\d+ (?:\S+?\(.*?\)(?: const)?\s+)?")
+_SOURCE_LOC = re.compile(r"\S+\.(?:cc|cpp|h):\d+ (?:(?:[\w:<>*&]+ )?[\w:~<>]+\(.*?\)(?: const)? )?")
 
 
 def error_line(message: str) -> str:
     """onnxruntime's message without the file path and C++ source location, so the same
     refusal reads the same on every machine and runtime (``[ONNXRuntimeError] : 1 : FAIL :
     Unsupported model IR version: 10, max supported IR version: 9``)."""
-    text = _SOURCE_LOC.sub("", _LOAD_PREFIX.sub("", message))
-    return first_line(" ".join(text.split()))  # its detail lines ("index: 0 Got: 8 Expected: 1") belong to it
+    text = " ".join(_SOURCE_LOC.sub("", _LOAD_PREFIX.sub("", message)).split())  # detail lines belong to it
+    if len(text) > 300:  # onnxruntime often puts the verdict last ("... support ... is till opset 19.")
+        text = text[:180] + " … " + text[-117:]
+    return text
 
 
 def _session(path: Path, provider: str, threads: int, optimize: bool = True) -> Any:
@@ -119,6 +121,7 @@ def _cells(task: dict[str, Any]) -> list[CellRecord]:
         opset_actual=rec.opset_actual,
         ir_version=rec.ir_version,
         sha256=rec.sha256,
+        inputs=rec.digest,
         env=task["env"],
     )
 
