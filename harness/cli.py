@@ -71,12 +71,24 @@ def _cases(args: argparse.Namespace) -> list[str] | None:
     return [c.strip() for c in args.cases.split(",") if c.strip()] if args.cases else None
 
 
+def _error(line: str) -> None:
+    print(f"harness: error: {line}", file=sys.stderr)
+
+
+def _problems(problems: list[str], *, echo: bool = True) -> int:
+    """Corpus problems: one line each (unless already printed); exit 2 once the rest has run."""
+    if echo:
+        for line in problems:
+            _error(line)
+    return 2 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return _dispatch(args)
     except HarnessError as exc:
-        print(f"harness: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept and a rerun resumes", file=sys.stderr)
@@ -112,17 +124,17 @@ def _dispatch(args: argparse.Namespace) -> int:
             tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else "")
             print(f"{case.name:<32} {tag}")
         print(f"{len(registry)} cases")
-        return 0
+        return _problems(registry.problems)
     if args.command == "export":
         from harness import export
 
         t0 = time.perf_counter()
-        records = export.export_all(
-            matrix, profile, _corpus(matrix, args), out, root=root, workers=args.workers, cases=_cases(args)
+        records, problems = export.export_all(
+            matrix, profile, _corpus(matrix, args), out, root=root, workers=args.workers, cases=_cases(args), echo_error=_error
         )
         ok = sum(r.ok for r in records)
         print(f"exported {ok}/{len(records)} artifacts in {time.perf_counter() - t0:.1f}s → {out / 'artifacts'}")
-        return 0
+        return _problems(problems, echo=False)
     if args.command == "run":
         from harness import run
 
@@ -141,7 +153,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from harness import report
 
-        summary = report.build(out, Path(args.results), profile=profile, wall=args.wall)
+        summary = report.build(out, Path(args.results), profile=profile, wall=args.wall, builtin=matrix.corpus)
         print(summary)
         return 0
     raise AssertionError(args.command)

@@ -56,6 +56,37 @@ class Card:
 
 
 @dataclasses.dataclass(frozen=True)
+class Claim:
+    """Where a case's gotcha was reproduced: a cell the tests assert.
+
+    Among the cells of this case that match ``exporter``, ``opset``,
+    ``runtime`` and ``probe`` (None matches any), at least one has ``status``
+    (and, with ``match``, an error line containing it). A claim says where the
+    gotcha shows, not that it shows everywhere: newer runtimes may fix it.
+
+    Attributes:
+        status: A status of the table: ``mismatch``, ``run-fail``, ``load-fail``, ...
+        exporter: ``torchscript`` or ``dynamo``; None for either.
+        probe: The probe that reaches the gotcha; None for any.
+        opset: The requested opset; None means 18 (the opset the tests export at).
+        runtime: The runtime pin (``onnxruntime==1.17.3``); None means the newest
+            (the one the tests run on). Claims on other runtimes are checked
+            against the published table.
+        match: A substring of the cell's error line.
+    """
+
+    status: str
+    exporter: str | None = None
+    probe: str | None = None
+    opset: int | None = None
+    runtime: str | None = None
+    match: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class Case:
     """One model of the corpus and how to export and probe it.
 
@@ -79,7 +110,14 @@ class Case:
             ``skipped`` with ``skip_reason``.
         skip_reason: Why the other exporters do not apply.
         train_mode: Export in training mode (a gotcha of its own).
+        claims: Where the gotcha was reproduced (:class:`Claim`); the tests
+            assert each one.
+        probe_files: Glob patterns, relative to the case's file, of real
+            samples to probe with: each ``.npz`` is one probe (its keys are the
+            input names), each ``.npy`` one probe of the first input; the probe
+            is named after the file. Random inputs miss data-dependent paths.
         source_file: Filled in by :func:`register`: where the case came from.
+        source_dir: Filled in by :func:`register`: the directory of that file.
     """
 
     name: str
@@ -95,17 +133,43 @@ class Case:
     exporters: tuple[str, ...] = EXPORTERS
     skip_reason: str = ""
     train_mode: bool = False
+    claims: tuple[Claim, ...] = ()
+    probe_files: tuple[str, ...] = ()
     source_file: str = ""
+    source_dir: str = ""
 
     def all_probes(self) -> dict[str, Inputs]:
         """The example inputs as probe ``example``, then the declared probes."""
-        probes: dict[str, Inputs] = {"example": self.inputs()}
-        if self.probes is not None:
-            for name, inputs in self.probes().items():
-                if name == "example":
-                    raise HarnessError(f"{self.source_file}: case {self.name!r}: probe name 'example' is reserved; rename it")
-                probes[name] = inputs
+        example = self.inputs()
+        probes: dict[str, Inputs] = {"example": example}
+        declared = dict(self.probes()) if self.probes is not None else {}
+        declared.update(self._file_probes(list(example)))
+        for name, inputs in declared.items():
+            if name == "example":
+                raise HarnessError(f"{self.source_file}: case {self.name!r}: probe name 'example' is reserved; rename it")
+            probes[name] = inputs
         return probes
+
+    def _file_probes(self, input_names: list[str]) -> dict[str, Inputs]:
+        import numpy as np
+        import torch
+
+        out: dict[str, Inputs] = {}
+        for pattern in self.probe_files:
+            for path in sorted(Path(self.source_dir).glob(pattern)):
+                if path.suffix == ".npz":
+                    with np.load(path) as data:
+                        missing = [n for n in input_names if n not in data.files]
+                        if missing:
+                            raise HarnessError(
+                                f"{path}: case {self.name!r}: no array for input(s) {missing}; the file has {data.files}"
+                            )
+                        out[path.stem] = {n: torch.from_numpy(data[n].copy()) for n in input_names}
+                elif path.suffix == ".npy":
+                    out[path.stem] = {input_names[0]: torch.from_numpy(np.load(path))}
+                else:
+                    raise HarnessError(f"{path}: case {self.name!r}: probe files must be .npz or .npy")
+        return out
 
 
 class Registry:
@@ -113,6 +177,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._cases: dict[str, Case] = {}
+        self.problems: list[str] = []
+        """One line per corpus problem (a module that fails to import, a bad case): those
+        cases are left out and the rest run; the command exits non-zero at the end."""
 
     def add(self, case: Case) -> None:
         where = case.source_file or "<unknown file>"
@@ -124,6 +191,8 @@ class Registry:
         unknown = set(case.exporters) - set(EXPORTERS)
         if unknown:
             raise HarnessError(f"{where}: case {case.name!r}: unknown exporter(s) {sorted(unknown)}; use {list(EXPORTERS)}")
+        for claim in case.claims:
+            _check_claim(where, case, claim)
         self._cases[case.name] = case
 
     def __iter__(self):  # type: ignore[no-untyped-def]
@@ -142,9 +211,24 @@ class Registry:
         return list(self._cases)
 
 
+def _check_claim(where: str, case: Case, claim: Claim) -> None:
+    from harness.records import Status
+
+    statuses = [s.value for s in Status]
+    if claim.status not in statuses:
+        raise HarnessError(f"{where}: case {case.name!r}: claim status {claim.status!r} is unknown; use one of {statuses}")
+    if claim.exporter is not None and claim.exporter not in EXPORTERS:
+        raise HarnessError(f"{where}: case {case.name!r}: claim exporter {claim.exporter!r} is unknown; use {list(EXPORTERS)}")
+    if claim.runtime is not None and "==" not in claim.runtime:
+        raise HarnessError(
+            f"{where}: case {case.name!r}: claim runtime {claim.runtime!r} is not a pin; write 'onnxruntime==X.Y.Z'"
+        )
+
+
 # The registry that ``register`` fills while a corpus module is imported.
 _loading: Registry | None = None
 _loading_file: str = ""
+_loading_dir: str = ""
 
 
 def register(case: Case) -> Case:
@@ -153,35 +237,54 @@ def register(case: Case) -> Case:
         raise HarnessError(
             "register() was called outside a corpus load; list the file under [corpus] in matrix.toml or pass --corpus"
         )
-    case = dataclasses.replace(case, source_file=_loading_file)
-    _loading.add(case)
+    case = dataclasses.replace(case, source_file=_loading_file, source_dir=_loading_dir)
+    try:
+        for pattern in case.probe_files:
+            if not sorted(Path(case.source_dir).glob(pattern)):
+                raise HarnessError(
+                    f"{case.source_file}: case {case.name!r}: probe_files {pattern!r} matches no file under {case.source_dir}"
+                )
+        _loading.add(case)
+    except HarnessError as exc:
+        _loading.problems.append(str(exc))
     return case
 
 
 def load(sources: Iterable[str], root: Path | None = None) -> Registry:
     """Import corpus modules (dotted names or ``.py`` paths) into one registry.
 
-    Raises:
-        HarnessError: a module that does not exist or fails to import, naming
-            the file and the exception's first line; a duplicate case name.
+    A module that is missing or fails to import, and a case that cannot be
+    registered (duplicate name, bad claim, missing probe file), become one line
+    each in ``registry.problems``, naming the file and the case; everything
+    else is loaded.
     """
-    global _loading, _loading_file
+    global _loading, _loading_file, _loading_dir
     registry = Registry()
     root = root or Path.cwd()
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     for source in sources:
-        _loading, _loading_file = registry, source
+        _loading, _loading_file, _loading_dir = registry, source, str(_source_dir(source, root))
         try:
             _import(source, root)
-        except HarnessError:
-            raise
+        except HarnessError as exc:
+            registry.problems.append(str(exc))
         except Exception as exc:  # the user's module: any error is theirs
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise HarnessError(f"corpus {source}: import failed: {type(exc).__name__}: {msg}") from exc
+            registry.problems.append(f"corpus {source}: import failed: {type(exc).__name__}: {msg}")
         finally:
-            _loading, _loading_file = None, ""
+            _loading, _loading_file, _loading_dir = None, "", ""
     return registry
+
+
+def _source_dir(source: str, root: Path) -> Path:
+    """Where a corpus module lives: probe_files are relative to it."""
+    if source.endswith(".py") or "/" in source:
+        path = Path(source)
+        return (path if path.is_absolute() else root / path).parent
+    spec = importlib.util.find_spec(source.split(".")[0])
+    base = Path(spec.origin).parent if spec and spec.origin else root
+    return base.joinpath(*source.split(".")[1:-1]) if "." in source else base
 
 
 def _import(source: str, root: Path) -> None:

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -194,6 +195,7 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         rtol=rtol,
         versions=_SETTINGS["versions"],
         card=_card(case),
+        claims=tuple(c.to_dict() for c in case.claims),
     )
     for old in ("model.onnx", "reference.npz"):
         (out_dir / old).unlink(missing_ok=True)
@@ -353,6 +355,10 @@ def _card(case: corpus_mod.Case) -> dict[str, str]:
     return card
 
 
+def _stderr(line: str) -> None:
+    print(f"harness: error: {line}", file=sys.stderr)
+
+
 def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
     """Every artifact the profile needs, in corpus order."""
     return [ArtifactKey(c.name, e, o) for c in registry for e in profile.exporters for o in profile.opsets]
@@ -368,9 +374,12 @@ def export_all(
     workers: int | None = None,
     cases: Sequence[str] | None = None,
     echo: Any = print,
-) -> list[ExportRecord]:
-    """Export every artifact of ``profile``; write the manifest; return the records."""
-    registry = corpus_mod.load(corpus, root)  # validate names and imports here, once, with one-line errors
+    echo_error: Any = _stderr,
+) -> tuple[list[ExportRecord], list[str]]:
+    """Export every artifact of ``profile``; write the manifest; return the records and the corpus problems."""
+    registry = corpus_mod.load(corpus, root)  # problems are one line each; the other cases still export
+    for problem in registry.problems:
+        echo_error(problem)
     keys = plan(registry, profile)
     if cases is not None:
         unknown = [c for c in cases if c not in registry]
@@ -428,6 +437,7 @@ def export_all(
             "artifacts": [k.id for k in keys],
             "versions": settings["versions"],
             "seconds": round(time.perf_counter() - t0, 2),
+            "problems": registry.problems,
         },
     )
-    return [records[k.id] for k in keys]
+    return [records[k.id] for k in keys], list(registry.problems)

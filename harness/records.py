@@ -181,6 +181,8 @@ class ExportRecord:
     """Of reference.npz (probe inputs and torch's outputs)."""
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     card: dict[str, str] = dataclasses.field(default_factory=dict)
+    claims: tuple[dict[str, Any], ...] = ()
+    """The case's :class:`~harness.corpus.Claim` s, as dicts: where its gotcha was reproduced."""
 
     @property
     def key(self) -> ArtifactKey:
@@ -197,6 +199,7 @@ class ExportRecord:
         data = dataclasses.asdict(self)
         data["warnings"] = list(self.warnings)
         data["probes"] = list(self.probes)
+        data["claims"] = list(self.claims)
         return data
 
     @classmethod
@@ -204,6 +207,7 @@ class ExportRecord:
         kw = _fields(cls, data)
         kw["warnings"] = tuple(kw.get("warnings", ()))
         kw["probes"] = tuple(kw.get("probes", ()))
+        kw["claims"] = tuple(kw.get("claims", ()))
         return cls(**kw)
 
 

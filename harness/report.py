@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
+from harness import claims
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
@@ -80,8 +81,9 @@ def _fold(group: pd.DataFrame) -> str:
     return sym
 
 
-def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None) -> str:
-    """Write results/ and return a one-line summary."""
+def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None, builtin: tuple[str, ...] = ()) -> str:
+    """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
+    (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer."""
     cells, exports = gather(out, profile)
     results.mkdir(parents=True, exist_ok=True)
     cells.sort(key=lambda c: c.key)
@@ -100,6 +102,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         "runtimes": runtimes_env,
         "wall_seconds": wall,
         "cells": len(cells),
+        "problems": manifest.get("problems", []),
     }
     (results / "environment.json").write_text(json.dumps(environment, indent=1, sort_keys=True) + "\n")
 
@@ -107,13 +110,22 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     providers = df["provider"].nunique()
     df["column"] = [_column(c, providers) for c in cells]
     counts = df["status"].value_counts().to_dict()
-    text = _markdown(df, exports, environment, counts, profile)
+    newest = max({c.runtime for c in cells}, key=lambda pin: version_tuple(pin.split("==")[-1]))
+    verdicts = {r.case: _claims(r, cells, newest) for r in exports}
+    text = _markdown(df, exports, environment, counts, profile, verdicts)
     (results / "README.md").write_text(text, encoding="utf-8")
-    return (
+    summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         + f" → {results}"
     )
+    mine = list(dict.fromkeys(r.case for r in exports if r.card.get("source_file") not in builtin))
+    if mine:
+        cols = _runtime_order(df["column"])
+        summary += "\n\nYour cases:\n" + _summary(df[df["case"].isin(mine)], cols, mine, links=False)
+    for problem in manifest.get("problems", []):
+        summary += f"\ncorpus problem: {problem}"
+    return summary
 
 
 def _row(c: CellRecord) -> dict[str, Any]:
@@ -148,8 +160,33 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _problem_lines(problems: list[str]) -> list[str]:
+    if not problems:
+        return []
+    return (
+        ["## Corpus problems", "", "These cases could not be loaded and are not in the table:", ""]
+        + [f"- {_md_escape(p)}" for p in problems]
+        + [""]
+    )
+
+
+def _claims(rec: ExportRecord, cells: list[CellRecord], newest: str) -> list[str]:
+    """One line per claim of the case: does this run's table show it?"""
+    lines = []
+    for claim in rec.claims:
+        verdict = claims.holds(claim, rec.case, cells, newest)
+        mark = {True: "✓ reproduced", False: "✗ **not shown in this run** (news: fixed, or changed?)", None: "· not measured"}
+        lines.append(f"- {mark[verdict]}: {_md_escape(claims.describe(claim, newest))}")
+    return lines
+
+
 def _markdown(
-    df: pd.DataFrame, exports: list[ExportRecord], env: dict[str, Any], counts: dict[str, int], profile: Profile
+    df: pd.DataFrame,
+    exports: list[ExportRecord],
+    env: dict[str, Any],
+    counts: dict[str, int],
+    profile: Profile,
+    verdicts: dict[str, list[str]],
 ) -> str:
     cases = list(dict.fromkeys(r.case for r in exports))
     columns = _runtime_order(df["column"])
@@ -167,6 +204,7 @@ def _markdown(
         + ", ".join(f"{Status(k).symbol} {k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: Status(kv[0]).severity))
         + ".",
         "",
+        *_problem_lines(env.get("problems", [])),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -176,28 +214,28 @@ def _markdown(
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
 
-    # Newest safe opset per runtime: the highest opset at which every case that passes anywhere passes here.
     lines += ["## Summary", "", _summary(df, columns, cases), ""]
     lines += ["## Per case", ""]
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
         by_case.setdefault(r.case, []).append(r)
     for case in cases:
-        lines += _case_section(case, by_case[case], df[df["case"] == case], columns)
+        lines += _case_section(case, by_case[case], df[df["case"] == case], columns, verdicts[case])
     lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
 
-def _summary(df: pd.DataFrame, columns: list[str], cases: list[str]) -> str:
+def _summary(df: pd.DataFrame, columns: list[str], cases: list[str], *, links: bool = True) -> str:
     df = df.assign(case=pd.Categorical(df["case"], categories=cases, ordered=True))  # corpus order, twin after its case
     table = df.groupby(["case", "exporter", "opset", "column"], observed=True).apply(_fold, include_groups=False)
     wide = table.unstack("column").reindex(columns=columns).fillna("")
     wide = wide.reset_index()
-    wide["case"] = [f"[{c}](#{c})" for c in wide["case"]]
+    if links:
+        wide["case"] = [f"[{c}](#{c})" for c in wide["case"]]
     return tabulate(wide.values.tolist(), headers=["case", "exporter", "opset", *columns], tablefmt="github")
 
 
-def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, columns: list[str]) -> list[str]:
+def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, columns: list[str], verdicts: list[str]) -> list[str]:
     card = exports[0].card
     lines = [f"### {case}", ""]
     if card.get("symptom"):
@@ -207,6 +245,8 @@ def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, colu
         lines.append(f"- **fixed twin of** [{card['fixes']}](#{card['fixes']})")
     if card.get("source_file"):
         lines.append(f"- defined in `{card['source_file']}`")
+    if verdicts:
+        lines += ["", "Where the gotcha was reproduced (the case's claims, checked against this table):", "", *verdicts]
     lines.append("")
     rows = []
     for r in sorted(exports, key=lambda r: (r.exporter, r.opset)):

@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, randint, randn, register, seeded
+from harness.corpus import Card, Case, Claim, randint, randn, register, seeded
 
 if TYPE_CHECKING:
     import torch
@@ -89,6 +89,10 @@ FROZEN_BATCH = Card(
 register(
     Case(
         name="frozen_batch",
+        claims=(
+            Claim("run-fail", "torchscript", "batch8", match="Got: 8 Expected: 1"),
+            Claim("run-fail", "dynamo", "batch8", match="Got: 8 Expected: 1"),
+        ),
         model=_net("SmallCNN"),
         inputs=lambda: {"x": randn(1, *IMG)},
         probes=lambda: {"batch8": {"x": randn(8, *IMG, seed=1)}},
@@ -172,6 +176,10 @@ register(
 register(
     Case(
         name="opset_baseline",
+        claims=(
+            Claim("load-fail", "torchscript", opset=20, runtime="onnxruntime==1.16.3", match="till opset 19"),
+            Claim("load-fail", "dynamo", runtime="onnxruntime==1.17.3", match="Unsupported model IR version: 10"),
+        ),
         model=_net("MLP"),
         inputs=lambda: {"x": randn(2, 16)},
         probes=lambda: {"batch7": {"x": randn(7, 16, seed=1)}},
@@ -194,6 +202,7 @@ register(
 register(
     Case(
         name="loop_unrolled",
+        claims=(Claim("mismatch", "torchscript", "n5"), Claim("mismatch", "dynamo", "n5")),
         model=_net("LoopPythonInt"),
         inputs=lambda: {"x": randn(1, 10), "n": 3},
         probes=lambda: {
@@ -280,6 +289,7 @@ register(
 register(
     Case(
         name="custom_library_op",
+        claims=(Claim("export-fail", "torchscript"), Claim("export-fail", "dynamo")),
         model=_net("CustomLibraryOp"),
         inputs=lambda: {"x": randn(2, 10)},
         probes=lambda: {"batch5": {"x": randn(5, 10, seed=1)}},
@@ -382,6 +392,7 @@ GRID_DYNAMIC = {"x": {0: "batch", 2: "height", 3: "width"}, "grid": {0: "batch",
 register(
     Case(
         name="grid_sample_default",
+        claims=(Claim("export-fail", "torchscript", opset=13, match="Support for this operator was added in version 16"),),
         model=_net("GridSampleDefault"),
         inputs=_grid_inputs,
         probes=_grid_probes,
@@ -441,6 +452,10 @@ register(
 register(
     Case(
         name="data_dependent_branch",
+        claims=(
+            Claim("mismatch", "torchscript", "negative"),
+            Claim("export-fail", "dynamo", match="data-dependent"),
+        ),
         model=_net("Branchy"),
         inputs=lambda: {"x": randn(2, 8, shift=2.0)},
         probes=lambda: {"negative": {"x": randn(2, 8, seed=1, shift=-2.0)}},
@@ -469,6 +484,10 @@ register(
 register(
     Case(
         name="fft_rfft",
+        claims=(
+            Claim("export-fail", "torchscript", match="aten::fft_rfft"),
+            Claim("load-fail", "dynamo", opset=17, match="Unrecognized attribute"),
+        ),
         model=_net("RfftMagnitude"),
         inputs=lambda: {"x": randn(2, 32)},
         probes=lambda: {"batch5": {"x": randn(5, 32, seed=1)}},
@@ -515,6 +534,7 @@ def _nan_probes() -> dict[str, dict[str, Any]]:
 register(
     Case(
         name="nan_chain",
+        claims=(Claim("mismatch", "torchscript", "constant_row"), Claim("mismatch", "dynamo", "constant_row")),
         model=_net("NanChain"),
         inputs=_nan_inputs,
         probes=_nan_probes,

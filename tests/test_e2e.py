@@ -19,7 +19,8 @@ import pytest
 from harness.matrix import load
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = "frozen_batch,frozen_batch_fixed,data_dependent_branch,data_dependent_branch_fixed,fft_rfft,fft_rfft_matmul"
+CASES = "frozen_batch,frozen_batch_fixed,data_dependent_branch,data_dependent_branch_fixed,fft_rfft,fft_rfft_matmul,my_classifier"
+OUTPUT: dict[str, str] = {}
 NEWEST = load(ROOT / "matrix.toml").profile("smoke").runtimes[-1]
 
 
@@ -43,6 +44,8 @@ def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: i
         "smoke",
         "--cases",
         CASES,
+        "--corpus",
+        "examples/my_models.py",
         "--out",
         str(tmp / "build"),
         "--results",
@@ -50,6 +53,7 @@ def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: i
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    OUTPUT["stdout"] = proc.stdout + proc.stderr
     cells = [json.loads(line) for line in (tmp / "results" / "matrix.jsonl").read_text().splitlines()]
     assert (tmp / "results" / "README.md").is_file()
     return {(c["case"], c["exporter"], c["opset"], c["runtime"].split("==")[1], c["probe"]): c for c in cells}
@@ -155,3 +159,12 @@ def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path,
         "onnxruntime fails to import: AttributeError: _ARRAY_API not found / ImportError"
         ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
     )
+
+
+def test_the_readme_user_corpus_example(smoke: dict) -> None:  # type: ignore[type-arg]
+    """`--corpus examples/my_models.py`: its probe file is a probe, and the report ends with its rows."""
+    mine = {k: c for k, c in smoke.items() if k[0] == "my_classifier"}
+    assert {k[4] for k in mine} == {"example", "batch5_odd", "gradients", "batch3"}
+    assert {c["status"] for k, c in mine.items() if k[3] == NEWEST.version} == {"pass"}
+    assert "Your cases:" in OUTPUT["stdout"]
+    assert "| my_classifier | torchscript |      17 |" in OUTPUT["stdout"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import corpus
+from harness import claims, corpus
 from harness.export import export_all
 from harness.matrix import Matrix, Profile, load
 from harness.records import CellRecord, ExportRecord, Status
@@ -26,25 +26,53 @@ REGISTRY = corpus.load(MATRIX.corpus, ROOT)
 TWINS = [c.name for c in REGISTRY if c.fixes]
 
 
+NEWEST = MATRIX.runtime(onnxruntime.__version__)
+# Claims about the newest runtime are checked live here; the others against the published table (test_results.py).
+LIVE_CLAIMS = [(case.name, claim) for case in REGISTRY for claim in case.claims if claim.runtime in (None, NEWEST.pin)]
+
+
+def _export_and_run(out: Path, opset: int, cases: list[str] | None) -> list[CellRecord]:
+    profile = Profile(f"test-op{opset}", (NEWEST,), ("cpu",), ("torchscript", "dynamo"), (opset,))
+    export_all(MATRIX, profile, MATRIX.corpus, out, root=ROOT, cases=cases, echo=lambda _: None)
+    return run_runtime(MATRIX, NEWEST, ["cpu"], out, echo=lambda _: None)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Matrix]]:
+    """Every case at opset 18 on both exporters, on the newest runtime (this environment's)."""
     out = tmp_path_factory.mktemp("build")
-    runtime = MATRIX.runtime(onnxruntime.__version__)
-    profile = Profile("test", (runtime,), ("cpu",), ("torchscript", "dynamo"), (18,))
-    export_all(MATRIX, profile, MATRIX.corpus, out, root=ROOT, echo=lambda _: None)
-    run_runtime(MATRIX, runtime, ["cpu"], out, echo=lambda _: None)
+    _export_and_run(out, 18, None)
     yield out, MATRIX
 
 
+@pytest.fixture(scope="module")
+def claim_cells(run: tuple[Path, Matrix], tmp_path_factory: pytest.TempPathFactory) -> list[CellRecord]:
+    """The opset-18 cells plus those of other opsets that claims name (only those cases)."""
+    out, _ = run
+    cells = list(read_shard(shard_path(out, NEWEST, "cpu")).values())
+    opsets = sorted({claim.opset for _, claim in LIVE_CLAIMS if claim.opset not in (None, 18)})
+    for opset in opsets:
+        names = sorted({name for name, claim in LIVE_CLAIMS if claim.opset == opset})
+        cells += _export_and_run(tmp_path_factory.mktemp(f"op{opset}"), opset, names)
+    return cells
+
+
 def _cells(out: Path, case: str, exporter: str | None = None) -> dict[tuple[str, str], CellRecord]:
-    runtime = MATRIX.runtime(onnxruntime.__version__)
-    cells = read_shard(shard_path(out, runtime, "cpu")).values()
+    cells = read_shard(shard_path(out, NEWEST, "cpu")).values()
     return {(c.exporter, c.probe): c for c in cells if c.case == case and exporter in (None, c.exporter)}
 
 
 def _export(out: Path, case: str, exporter: str) -> ExportRecord:
     path = out / "artifacts" / f"{case}.{exporter}.op18" / "export.json"
     return ExportRecord.from_dict(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize(("case", "claim"), LIVE_CLAIMS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(LIVE_CLAIMS)])
+def test_claim_holds_where_it_was_reproduced(claim_cells: list[CellRecord], case: str, claim: corpus.Claim) -> None:
+    verdict = claims.holds(claim.to_dict(), case, claim_cells, NEWEST.pin)
+    chosen = claims.cells_for(claim.to_dict(), case, claim_cells, NEWEST.pin)
+    seen = sorted({(c.exporter, c.probe, c.status.value, (c.error_line or "")[:80]) for c in chosen})
+    assert verdict is True, f"{claims.describe(claim.to_dict(), NEWEST.pin)} not shown; measured: {seen}"
 
 
 @pytest.mark.parametrize("case", REGISTRY.names())
