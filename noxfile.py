@@ -50,7 +50,7 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     ap.add_argument("--only-corpus", action="store_true")
     ap.add_argument("--cases", default=None)
     ap.add_argument("--out", default="build")
-    ap.add_argument("--results", default="results")
+    ap.add_argument("--results", default=None)
     ap.add_argument("--force", action="store_true")
     ns, rest = ap.parse_known_args(posargs)
     if rest:
@@ -61,6 +61,8 @@ def _options(posargs: list[str]) -> argparse.Namespace:
         MATRIX.profile(ns.profile)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
+    if ns.results is None:  # each profile publishes to its own folder; default's is results/ itself
+        ns.results = "results" if ns.profile == "default" else f"results/{ns.profile}"
     return ns
 
 

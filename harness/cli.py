@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
-    p.add_argument("--results", default="results", help="output directory (default: results)")
+    p.add_argument("--results", default=None, help="output directory (default: results/, or results/<profile>/)")
     p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
     return ap
 
@@ -153,7 +153,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from harness import report
 
-        summary = report.build(out, Path(args.results), profile=profile, wall=args.wall, builtin=matrix.corpus)
+        results = args.results or ("results" if profile.name == "default" else f"results/{profile.name}")
+        summary = report.build(out, Path(results), profile=profile, wall=args.wall, builtin=matrix.corpus)
         print(summary)
         return 0
     raise AssertionError(args.command)
