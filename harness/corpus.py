@@ -316,6 +316,21 @@ def _import(source: str, root: Path) -> None:
 # Helpers for case modules -------------------------------------------------
 
 
+def lazy(module: str, name: str, *args: Any, seed: int = 0, **kwargs: Any) -> Callable[[], torch.nn.Module]:
+    """A model factory that seeds torch, imports ``module`` and builds ``name(*args, **kwargs)`` when called.
+
+    Keeps ``torch`` out of a corpus module's import: the modules live in a
+    sibling file that only the export environment imports.
+    """
+
+    def build() -> torch.nn.Module:
+        seeded(seed)
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    build.__qualname__ = f"lazy({module}.{name})"
+    return build
+
+
 def seeded(seed: int = 0) -> None:
     """Seed torch's global RNG before building a model, so weights are fixed."""
     import torch

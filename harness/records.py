@@ -195,6 +195,25 @@ class ExportRecord:
         parts = (self.sha256, self.reference_sha256, ",".join(self.probes), repr(self.atol), repr(self.rtol))
         return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
 
+    def cell(self, runtime: str, provider: str, env: dict[str, str], **fields: Any) -> CellRecord:
+        """A cell of this artifact on ``runtime`` × ``provider``; ``fields`` set the rest (probe, status, ...)."""
+        fields.setdefault("probe", "")
+        fields.setdefault("status", Status.PASS)
+        fields.setdefault("stage", Stage.ENV)
+        return CellRecord(
+            case=self.case,
+            exporter=self.exporter,
+            opset=self.opset,
+            runtime=runtime,
+            provider=provider,
+            opset_actual=self.opset_actual,
+            ir_version=self.ir_version,
+            sha256=self.sha256,
+            inputs=self.digest,
+            env=env,
+            **fields,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["warnings"] = list(self.warnings)

@@ -159,21 +159,7 @@ def run_runtime(
         tasks: list[dict[str, Any]] = []
         by_dir: dict[str, ExportRecord] = {}
         for rec in artifacts:
-            base = CellRecord(
-                case=rec.case,
-                exporter=rec.exporter,
-                opset=rec.opset,
-                runtime=runtime.pin,
-                provider=provider,
-                probe="",
-                status=Status.PASS,
-                stage=Stage.ENV,
-                opset_actual=rec.opset_actual,
-                ir_version=rec.ir_version,
-                sha256=rec.sha256,
-                inputs=rec.digest,
-                env=_cell_env(env, rec),
-            )
+            base = rec.cell(runtime.pin, provider, _cell_env(env, rec))
             if env is None:
                 new = [
                     base.replace(
@@ -246,24 +232,17 @@ def _worker_failure(rec: ExportRecord, task: dict[str, Any], kind: str, value: A
     else:
         line = full = str(value)
     return [
-        CellRecord(
-            case=rec.case,
-            exporter=rec.exporter,
-            opset=rec.opset,
-            runtime=task["runtime"],
-            provider=task["provider"],
+        rec.cell(
+            task["runtime"],
+            task["provider"],
+            task["env"],
             probe=p,
             status=status,
             stage=Stage.RUN,
             error_class=kind.capitalize(),
             error_line=line,
             error=full,
-            sha256=rec.sha256,
-            inputs=rec.digest,
-            opset_actual=rec.opset_actual,
-            ir_version=rec.ir_version,
             seconds=seconds,
-            env=task["env"],
         )
         for p in rec.probes
     ]

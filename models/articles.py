@@ -12,11 +12,10 @@ Importing this module does not import torch: the modules live in
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, Claim, randint, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randint, randn, register
 
 if TYPE_CHECKING:
     import torch
@@ -31,14 +30,8 @@ IMAGE = {"x": {0: "batch", 2: "height", 3: "width"}}
 
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._articles_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._articles_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
+    """A factory for ``models._articles_nets.<cls>`` with seeded weights."""
+    return lazy("models._articles_nets", cls, seed=seed)
 
 
 def _count(n: int) -> torch.Tensor:

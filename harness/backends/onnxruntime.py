@@ -109,21 +109,7 @@ def _cells(task: dict[str, Any]) -> list[CellRecord]:
     rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text()))
     provider = task["provider"]
     ep = PROVIDERS[provider]
-    base = CellRecord(
-        case=rec.case,
-        exporter=rec.exporter,
-        opset=rec.opset,
-        runtime=task["runtime"],
-        provider=provider,
-        probe="",
-        status=Status.PASS,
-        stage=Stage.LOAD,
-        opset_actual=rec.opset_actual,
-        ir_version=rec.ir_version,
-        sha256=rec.sha256,
-        inputs=rec.digest,
-        env=task["env"],
-    )
+    base = rec.cell(task["runtime"], provider, task["env"], stage=Stage.LOAD)
 
     def every_probe(**changes: Any) -> list[CellRecord]:
         return [base.replace(probe=p, **changes) for p in rec.probes]
