@@ -3,7 +3,8 @@
 The verdict is element-wise ``|out - ref| <= atol + rtol * |ref|`` (numpy's
 ``isclose`` convention) on elements finite in both; NaN must meet NaN and
 inf must meet an inf of the same sign. A NaN where torch had a number (or
-the reverse) is a mismatch however loose the tolerance.
+the reverse) is a mismatch however loose the tolerance, and so is an output
+of another shape or dtype than torch's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def compare(refs: Sequence[np.ndarray], outs: Sequence[np.ndarray], *, atol: flo
         ref, out = np.asarray(ref), np.asarray(out)
         if ref.shape != out.shape:
             return False, DiffStats(None, None, 0, 0, shape_mismatch=f"output {i}: shape {out.shape}, torch {ref.shape}")
+        if ref.dtype != out.dtype:  # an int32 where torch gives int64 breaks the caller's code too
+            return False, DiffStats(None, None, 0, 0, shape_mismatch=f"output {i}: dtype {out.dtype}, torch {ref.dtype}")
         r = ref.astype(np.float64, copy=False)
         o = out.astype(np.float64, copy=False)
         total += r.size

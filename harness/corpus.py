@@ -347,8 +347,10 @@ def randn(*shape: int, seed: int = 0, scale: float = 1.0, shift: float = 0.0) ->
 
 
 def randint(low: int, high: int, *shape: int, seed: int = 0, dtype: Any = None) -> torch.Tensor:
-    """A seeded integer tensor in ``[low, high)``."""
+    """A seeded integer tensor in ``[low, high)``; ``dtype`` is a torch dtype or its name (``"int16"``)."""
     import torch
 
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, shape, generator=gen, dtype=dtype or torch.int64)

@@ -106,7 +106,7 @@ class DiffStats:
     inf_ref: int = 0
     inf_out: int = 0
     shape_mismatch: str | None = None
-    """Set when an output's shape or count differs from torch's: says which and how."""
+    """Set when an output's count, shape or dtype differs from torch's: says which and how."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -292,11 +292,12 @@ class CellRecord:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # object reprs: the same error reads the same in every run
 
 
 def first_line(message: str, limit: int = 300) -> str:
     """The first non-empty line of an error message, shortened for a table."""
-    for line in _ANSI.sub("", message).splitlines():
+    for line in _ADDRESS.sub(" at 0x…", _ANSI.sub("", message)).splitlines():
         line = line.strip()
         if line:
             return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -5,9 +5,17 @@ notices the dead process (its sentinel) or the missed deadline, reports the
 task as crashed or timed out, and starts a fresh worker for the rest. Unlike
 ``concurrent.futures.ProcessPoolExecutor``, one death does not break the pool.
 
-Workers are spawned (not forked), run an initializer once (import the runtime,
-load the corpus) and then take tasks: ``(function, payload)`` where function is
-``"module:name"`` resolved in the worker and payload is picklable.
+Workers are spawned (not forked from the caller), run an initializer once
+(import the runtime, load the corpus) and then take tasks: ``(function,
+payload)`` where function is ``"module:name"`` resolved in the worker and
+payload is picklable.
+
+With ``fresh=True`` every task gets a new process, forked from a fork server
+that has imported ``preload`` once: no task sees state an earlier one left
+behind. The export stage needs this: torch's exporters cache per process (a
+second dynamo export of an ``nn.LSTM`` with a dynamic sequence length fails
+where the first succeeds), and a table cell must not depend on which cells
+its worker happened to export before it.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-_CTX = mp.get_context("spawn")
+_SPAWN = mp.get_context("spawn")
+_FORKSERVER = mp.get_context("forkserver")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +78,9 @@ def _worker_main(conn: Connection, init: str | None, initargs: tuple[Any, ...], 
 
 
 class _Worker:
-    def __init__(self, init: str | None, initargs: tuple[Any, ...], log: str | None) -> None:
-        self.conn, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_worker_main, args=(child, init, initargs, log), daemon=True)
+    def __init__(self, init: str | None, initargs: tuple[Any, ...], log: str | None, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, init, initargs, log), daemon=True)
         self.proc.start()
         child.close()
         self.ready = False
@@ -106,14 +115,22 @@ def run_tasks(
     init: str | None = None,
     initargs: tuple[Any, ...] = (),
     log: str | None = None,
+    fresh: bool = False,
+    preload: tuple[str, ...] = (),
 ) -> Iterator[Outcome]:
     """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they finish.
 
     ``timeout`` bounds each task, counted from when it was handed to a worker
     (worker start-up, which imports the runtime, is not counted against it).
+    ``fresh`` gives each task its own process, forked from a server that has
+    imported ``preload``.
     """
     queue = deque(tasks)
-    pool = [_Worker(init, initargs, log) for _ in range(max(1, min(workers, len(queue))))]
+    ctx: Any = _SPAWN
+    if fresh:
+        ctx = _FORKSERVER
+        ctx.set_forkserver_preload(list(preload))
+    pool = [_Worker(init, initargs, log, ctx) for _ in range(max(1, min(workers, len(queue))))]
     try:
         while queue or any(w.task is not None for w in pool):
             for w in pool:
@@ -129,10 +146,11 @@ def run_tasks(
                 outcome, dead = _poll(w, ready, now, timeout, log)
                 if outcome is not None:
                     yield outcome
+                    dead = dead or fresh
                 if dead:
                     w.kill()
                     if queue:
-                        survivors.append(_Worker(init, initargs, log))
+                        survivors.append(_Worker(init, initargs, log, ctx))
                 else:
                     survivors.append(w)
             pool = survivors

@@ -28,6 +28,8 @@ class Uint8OffsetInt32(nn.Module):
 class Int8MatMul(nn.Module):
     """int8 activations times int8 weights with ``@``, in int8."""
 
+    weight: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("weight", torch.randint(-8, 8, (16, 8), dtype=torch.int8))

@@ -49,12 +49,16 @@ class ScatterAmaxExcludeSelf(nn.Module):
 
 
 class ScatterAmaxMasked(nn.Module):
-    """The same result with ``include_self=True`` on a ``-inf`` canvas, then ``x`` where nothing was scattered."""
+    """The same result with ``include_self=True``: scattered-to positions of ``x`` are set to ``-inf`` first.
+
+    The mask comes from ``scatter_add`` of ones; the canvas is derived from ``x`` rather than built with
+    ``full_like``, which the torchscript exporter folds into a constant that breaks its scatter_reduce shapes.
+    """
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        canvas = torch.full_like(x, float("-inf")).scatter_reduce(0, idx, src, reduce="amax", include_self=True)
-        touched = torch.zeros_like(x).scatter(0, idx, torch.ones_like(src)) > 0
-        return torch.where(touched, canvas, x)
+        touched = torch.zeros_like(x).scatter_add(0, idx, torch.ones_like(src)) > 0
+        canvas = x.masked_fill(touched, float("-inf"))
+        return canvas.scatter_reduce(0, idx, src, reduce="amax", include_self=True)
 
 
 class PairIndex(nn.Module):
@@ -71,10 +75,3 @@ class PairIndexNormalized(nn.Module):
         i = torch.where(i < 0, i + x.shape[0], i)
         j = torch.where(j < 0, j + x.shape[2], j)
         return x[i, :, j]
-
-
-class BoolMaskSelect(nn.Module):
-    """``x[x > 0] * 2``: the output length depends on the data."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[x > 0] * 2

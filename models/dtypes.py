@@ -9,11 +9,10 @@ builds its model.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.corpus import Card, Case, Claim, randint, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randint, randn, register
 
 if TYPE_CHECKING:
     import torch
@@ -22,32 +21,18 @@ OPERATOR_KERNELS = "https://github.com/microsoft/onnxruntime/blob/main/docs/Oper
 
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._dtypes_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._dtypes_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
-
-
-def _dtype(name: str) -> torch.dtype:
-    """The torch dtype called ``name`` (``"uint8"``), without importing torch at module import."""
-    import torch
-
-    dtype: torch.dtype = getattr(torch, name)
-    return dtype
+    """A factory for ``models._dtypes_nets.<cls>`` with seeded weights."""
+    return lazy("models._dtypes_nets", cls, seed=seed)
 
 
 def _uint8(low: int, high: int, *shape: int, seed: int) -> torch.Tensor:
     """A seeded uint8 tensor in ``[low, high)``."""
-    return randint(low, high, *shape, seed=seed, dtype=_dtype("uint8"))
+    return randint(low, high, *shape, seed=seed, dtype="uint8")
 
 
 def _int8(low: int, high: int, *shape: int, seed: int) -> torch.Tensor:
     """A seeded int8 tensor in ``[low, high)``."""
-    return randint(low, high, *shape, seed=seed, dtype=_dtype("int8"))
+    return randint(low, high, *shape, seed=seed, dtype="int8")
 
 
 # uint8 arithmetic on older runtimes ---------------------------------------------
@@ -69,7 +54,8 @@ register(
             "runtimes load it and wrap modulo 256 exactly as torch does (250 + 10 = 4), which is rarely what an "
             "image pipeline wants either.",
             cause="ONNX Add/Sub/Mul/Div accept (u)int8 and (u)int16 since opset 14, but onnxruntime's CPU provider "
-            "registered only 32/64-bit integer kernels until the element-wise kernels were extended (after 1.20).",
+            "registered only 32/64-bit integer kernels until the element-wise kernels were extended (after 1.20). "
+            "At opset 13 the torchscript exporter widens to int64 around the Add, so that export loads everywhere.",
             fix="Widen first: (img.to(torch.int32) + offset).clamp(0, 255).to(torch.uint8), or convert to float "
             "at the model boundary; both load on every runtime and saturate instead of wrapping.",
             source="microsoft/onnxruntime#19231; microsoft/onnxruntime#23090",
@@ -102,8 +88,8 @@ register(
             symptom="An int8 x int8 matmul (hand-rolled quantized layer) exports, and every onnxruntime refuses the "
             "model: \"Type Error: Type 'tensor(int8)' of input parameter ... of operator (MatMul) ... is invalid\".",
             cause="ONNX MatMul is defined for float types and 32/64-bit integers only; 8-bit integer products are "
-            "MatMulInteger (int32 output) or QLinearMatMul. Both exporters map aten::matmul to MatMul whatever the "
-            "dtype. torch's int8 matmul also accumulates and wraps in int8.",
+            "MatMulInteger (int32 output) or QLinearMatMul. Both exporters emit MatMul on int8 (torchscript widens "
+            "to int64 only at opset 13). torch's int8 matmul also accumulates and wraps in int8.",
             fix="Widen to int32 before the product (x.to(torch.int32) @ w.to(torch.int32)), or use torch's "
             "quantization flow, which exports QLinearMatMul / MatMulInteger.",
             source="onnx/tensorflow-onnx#2071; https://onnx.ai/onnx/operators/onnx__MatMul.html",

@@ -8,27 +8,18 @@ only when a case builds its model.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, Claim, randint, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randint, randn, register
 
 if TYPE_CHECKING:
     import torch
 
-SCATTER_SPEC = "https://onnx.ai/onnx/operators/onnx__ScatterElements.html"
-
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._indexing_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._indexing_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
+    """A factory for ``models._indexing_nets.<cls>`` with seeded weights."""
+    return lazy("models._indexing_nets", cls, seed=seed)
 
 
 def _index(values: list[int]) -> torch.Tensor:
@@ -136,9 +127,10 @@ register(
             "scatter max).",
             cause="ONNX ScatterElements(reduction='max') always reduces into the existing value (include_self=True); "
             "there is no attribute for excluding it, and the torchscript symbolic does not emulate it.",
-            fix="Reduce onto a -inf canvas with include_self=True and put x back where nothing was scattered: "
-            "where(zeros.scatter(0, idx, 1) > 0, full(-inf).scatter_reduce(..., 'amax'), x); needs opset 18 for "
-            "ScatterElements max. Or export with dynamo=True (torchlib emulates include_self=False).",
+            fix="Set the scattered-to positions to -inf first, then reduce with include_self=True: "
+            "touched = zeros_like(x).scatter_add(0, idx, ones_like(src)) > 0; "
+            "x.masked_fill(touched, -inf).scatter_reduce(0, idx, src, 'amax') (opset >= 18 for ScatterElements "
+            "max). Or export with dynamo=True (torchlib emulates include_self=False).",
             source="pytorch/pytorch#106373; pyg-team/pytorch_geometric#8415 (fixed in #9587 by the -inf canvas)",
         ),
         claims=(Claim("export-fail", exporter="torchscript", match="include_self"),),
@@ -193,28 +185,5 @@ register(
         inputs=_pair_inputs,
         probes=_pair_probes,
         fixes="multi_index_negative",
-    )
-)
-
-# x[x > 0]: data-dependent output length --------------------------------------------
-
-register(
-    Case(
-        name="bool_mask_select",
-        model=_net("BoolMaskSelect"),
-        inputs=lambda: {"x": randn(3, 4)},
-        probes=lambda: {
-            "batch5": {"x": randn(5, 4, seed=1)},
-            "all_negative": {"x": -randn(2, 4, seed=2).abs() - 0.1},
-        },
-        dynamic={"x": {0: "batch"}},
-        card=Card(
-            symptom="Boolean mask indexing x[x > 0] has an output length that depends on the data; exporters "
-            "are expected to freeze it at the example's count or refuse it.",
-            cause="ONNX has no boolean indexing: it needs NonZero + GatherND, whose output shape is only known at "
-            "run time; torch.export needs an unbacked symbol for the length.",
-            fix="Prefer shape-stable forms (torch.where(x > 0, x, 0)) where the consumer allows it.",
-            source=SCATTER_SPEC,
-        ),
     )
 )

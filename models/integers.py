@@ -8,11 +8,10 @@ follow C (``Div`` truncates) or their own kernels. The modules live in
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.corpus import Card, Case, Claim, randint, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randint, randn, register
 
 if TYPE_CHECKING:
     import torch
@@ -21,29 +20,15 @@ ONNX_DIV = "https://onnx.ai/onnx/operators/onnx__Div.html"
 
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._integers_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._integers_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
-
-
-def _dtype(name: str) -> torch.dtype:
-    """The torch dtype called ``name`` (``"int16"``), without importing torch at module import."""
-    import torch
-
-    dtype: torch.dtype = getattr(torch, name)
-    return dtype
+    """A factory for ``models._integers_nets.<cls>`` with seeded weights."""
+    return lazy("models._integers_nets", cls, seed=seed)
 
 
 def _ints(values: list[list[int]], dtype: str = "int64") -> torch.Tensor:
     """A 2-d integer tensor of ``values`` with the torch dtype named ``dtype``."""
     import torch
 
-    return torch.tensor(values, dtype=_dtype(dtype))
+    return torch.tensor(values, dtype=getattr(torch, dtype))
 
 
 def _divisors(rows: int, cols: int, seed: int) -> torch.Tensor:
@@ -151,8 +136,8 @@ register(
         name="int16_maximum_clamp",
         model=_net("Int16PeakClip"),
         inputs=lambda: {
-            "left": randint(-12000, 12000, 2, 64, seed=0, dtype=_dtype("int16")),
-            "right": randint(-12000, 12000, 2, 64, seed=1, dtype=_dtype("int16")),
+            "left": randint(-12000, 12000, 2, 64, seed=0, dtype="int16"),
+            "right": randint(-12000, 12000, 2, 64, seed=1, dtype="int16"),
         },
         card=Card(
             symptom="An int16 model (PCM audio samples) exports cleanly, then onnxruntime refuses to load it: "
@@ -175,8 +160,8 @@ register(
         name="int16_maximum_clamp_fixed",
         model=_net("Int16PeakClipInt32"),
         inputs=lambda: {
-            "left": randint(-12000, 12000, 2, 64, seed=0, dtype=_dtype("int16")),
-            "right": randint(-12000, 12000, 2, 64, seed=1, dtype=_dtype("int16")),
+            "left": randint(-12000, 12000, 2, 64, seed=0, dtype="int16"),
+            "right": randint(-12000, 12000, 2, 64, seed=1, dtype="int16"),
         },
         fixes="int16_maximum_clamp",
     )
@@ -260,7 +245,7 @@ register(
     Case(
         name="int32_sum_overflow",
         model=_net("Int32SumInt32"),
-        inputs=lambda: {"x": randint(-100, 100, 2, 8, seed=0, dtype=_dtype("int32"))},
+        inputs=lambda: {"x": randint(-100, 100, 2, 8, seed=0, dtype="int32")},
         probes=lambda: {"overflow": {"x": _overflowing()}},
         card=Card(
             symptom="x.sum(-1, dtype=torch.int32) matches torch until the sum leaves int32's range: torch wraps "
@@ -280,7 +265,7 @@ register(
     Case(
         name="int32_sum_overflow_fixed",
         model=_net("Int32SumDefault"),
-        inputs=lambda: {"x": randint(-100, 100, 2, 8, seed=0, dtype=_dtype("int32"))},
+        inputs=lambda: {"x": randint(-100, 100, 2, 8, seed=0, dtype="int32")},
         probes=lambda: {"overflow": {"x": _overflowing()}},
         fixes="int32_sum_overflow",
     )

@@ -15,11 +15,10 @@ inf - inf all give the same NaNs in torch and every runtime measured.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, Claim, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randn, register
 
 if TYPE_CHECKING:
     import torch
@@ -29,14 +28,8 @@ ONNX_NAN_SPEC = "onnx/onnx#4716 (the spec leaves NaN handling of TopK, ArgMax, M
 
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._nan_inf_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._nan_inf_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
+    """A factory for ``models._nan_inf_nets.<cls>`` with seeded weights."""
+    return lazy("models._nan_inf_nets", cls, seed=seed)
 
 
 def _with_nan(*shape: int, seed: int, cells: Sequence[tuple[int, ...]]) -> torch.Tensor:

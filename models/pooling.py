@@ -17,11 +17,10 @@ with the torchscript exporter ("aten::_upsample_bilinear2d_aa" /
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, Claim, randn, register, seeded
+from harness.corpus import Card, Case, Claim, lazy, randn, register
 
 if TYPE_CHECKING:
     import torch
@@ -31,14 +30,8 @@ BATCH = {"x": {0: "batch"}}
 
 
 def _net(cls: str, seed: int = 0) -> Callable[[], torch.nn.Module]:
-    """A factory that seeds torch's RNG, then builds ``models._pooling_nets.<cls>``."""
-
-    def build() -> torch.nn.Module:
-        nets = importlib.import_module("models._pooling_nets")
-        seeded(seed)
-        return getattr(nets, cls)()
-
-    return build
+    """A factory for ``models._pooling_nets.<cls>`` with seeded weights."""
+    return lazy("models._pooling_nets", cls, seed=seed)
 
 
 def _images(**shapes: tuple[int, ...]) -> Callable[[], dict[str, dict[str, Any]]]:

@@ -17,3 +17,7 @@ def act(task: str) -> int:
     if task == "raise":
         raise ValueError("asked to raise")
     return int(task.split(":")[1])
+
+
+def pid(task: int) -> int:
+    return os.getpid()

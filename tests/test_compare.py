@@ -79,3 +79,8 @@ def test_integer_and_bool_outputs_compare_exactly_under_zero_tolerance() -> None
     assert not compare([ref], [ref + 1], atol=0, rtol=0)[0]
     b = np.array([True, False])
     assert not compare([b], [~b], atol=0, rtol=0)[0]
+
+
+def test_dtype_mismatch_is_a_mismatch_even_with_equal_values() -> None:
+    ok, s = compare([np.array([1, 2], dtype=np.int64)], [np.array([1, 2], dtype=np.int32)], atol=1, rtol=1)
+    assert not ok and s.shape_mismatch == "output 0: dtype int32, torch int64"

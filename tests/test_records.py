@@ -69,3 +69,4 @@ def test_status_fold_order_puts_failures_before_probes_above_passes() -> None:
 def test_first_line_strips_ansi_and_blank_lines() -> None:
     assert first_line("\n\n  \x1b[96mstep 1/3\x1b[0m of x\nmore") == "step 1/3 of x"
     assert first_line("a" * 500).endswith("…") and len(first_line("a" * 500)) == 300
+    assert first_line("<PassManager object at 0x7f3a2b1c>: failed") == "<PassManager object at 0x…>: failed"

@@ -25,3 +25,11 @@ def test_crash_timeout_and_error_each_cost_one_task() -> None:
 
 def test_no_tasks_starts_nothing() -> None:
     assert list(run_tasks("tests.faults:act", [], workers=2, timeout=1)) == []
+
+
+def test_fresh_gives_every_task_its_own_process_and_still_survives_a_crash() -> None:
+    outcomes = list(run_tasks("tests.faults:pid", range(6), workers=2, timeout=30, fresh=True, preload=("json",)))
+    assert sorted(o.task for o in outcomes) == list(range(6))
+    assert len({o.value for o in outcomes}) == 6
+    crashed = {o.task: o for o in run_tasks("tests.faults:act", ["ok:1", "segv", "ok:2"], workers=1, timeout=30, fresh=True)}
+    assert crashed["segv"].kind == "crash" and crashed["ok:2"].value == 2
