@@ -223,7 +223,7 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         for name, inputs in _batch_probes(case, example, _SETTINGS["batch_sizes"]).items():
             probes.setdefault(name, inputs)  # a probe the case declares wins over the automatic one
     except Exception as exc:
-        return fail(exc, "building the case failed: ")
+        return fail(exc, _BUILD_FAILED)
     arrays: dict[str, Any] = {}
     probe_errors: dict[str, str] = {}
     n_outputs = 0
@@ -241,7 +241,7 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
             arrays[f"{probe}/out/{i}"] = _to_numpy(value)
         n_outputs = len(outs)
     if "example" in probe_errors:
-        return fail(RuntimeError(f"torch cannot run the example inputs: {probe_errors['example']}"), probe_errors=probe_errors)
+        return fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors)
     np.savez(out_dir / "reference.npz", **arrays)
     base.update(
         probes=tuple(p for p in probes if p not in probe_errors),
@@ -402,6 +402,15 @@ def _preload_modules(logs: Path) -> tuple[str, ...]:
     return ("torch", "torch.onnx", "onnx", "onnxscript", "numpy", "harness.export", *modules)
 
 
+_BUILD_FAILED = "building the case failed: "
+_EXAMPLE_FAILED = "torch cannot run the example inputs: "
+
+
+def _user_error(rec: ExportRecord) -> bool:
+    """The case's factory or example inputs failed in torch: the user's bug, not the exporter's."""
+    return not rec.ok and (rec.error_line or "").startswith((_BUILD_FAILED, _EXAMPLE_FAILED))
+
+
 def _stderr(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
@@ -444,6 +453,7 @@ def export_all(
     }
     tasks = [{"case": k.case, "exporter": k.exporter, "opset": k.opset, "out": str(art_dir)} for k in keys]
     records: dict[str, ExportRecord] = {}
+    broken: set[str] = set()
     n = workers or matrix.run.worker_count
     t0 = time.perf_counter()
     for outcome in run_tasks(
@@ -477,6 +487,10 @@ def export_all(
             (art_dir / key.id).mkdir(exist_ok=True)
             write_json(art_dir / key.id / "export.json", rec.to_dict())
         records[key.id] = rec
+        if _user_error(rec) and key.case not in broken:  # the case's own code failed: say so once, by name
+            broken.add(key.case)
+            registry.problems.append(f"{registry[key.case].source_file}: case {key.case!r}: {rec.error_line}")
+            echo_error(registry.problems[-1])
         mark = "ok" if rec.ok else (rec.error_class or "fail")
         echo(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s")
     write_json(

@@ -270,6 +270,10 @@ def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, colu
     headers = ["exporter", "opset", "export", "opset out", "IR", "checker", "warnings", "nodes", "Constant", "init", "s"]
     lines += [tabulate(rows, headers=headers, tablefmt="github"), ""]
 
+    torch_failed = {p: e for r in exports for p, e in r.probe_errors.items()}
+    for probe, error in sorted(torch_failed.items()):
+        lines += [f"Torch itself fails on probe `{probe}` (no cells for it): {_md_escape(error)}", ""]
+
     warned = [(r, w) for r in exports for w in r.warnings if w["category"] == "TracerWarning"]
     if warned:
         first = warned[0][1]["message"]

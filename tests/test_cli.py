@@ -131,7 +131,11 @@ def test_user_corpus_end_to_end_and_a_raising_factory_costs_its_own_case(tmp_pat
     out, results = tmp_path / "build", tmp_path / "results"
     common = ["--matrix", str(matrix), "--out", str(out)]
     proc = harness("export", *common)
-    assert proc.returncode == 0, proc.stderr
+    # the raising factory is one line naming file and case, the export goes on, and exits 2 at the end
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"harness: error: {user}: case 'user_broken': building the case failed: RuntimeError: factory exploded"
+    ]
     proc = harness("run", *common, "--runtime", onnxruntime.__version__)
     assert proc.returncode == 0, proc.stderr
     proc = harness("report", *common, "--results", str(results))
