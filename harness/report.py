@@ -87,7 +87,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     cells, exports = gather(out, profile)
     results.mkdir(parents=True, exist_ok=True)
     cells.sort(key=lambda c: c.key)
-    _write_lines(results / "matrix.jsonl", (c.to_dict() for c in cells))
+    _write_lines(results / "matrix.jsonl", (_published(c) for c in cells))
 
     manifest = json.loads((out / MANIFEST).read_text())
     runtimes_env = {}
@@ -126,6 +126,16 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
     return summary
+
+
+def _published(c: CellRecord) -> dict[str, Any]:
+    """A cell as published: its environment lives once per runtime in environment.json, and the
+    full error stays in the shard (build/shards) with the first 1000 characters published."""
+    data = c.to_dict()
+    data.pop("env")
+    if data["error"] and len(data["error"]) > 1000:
+        data["error"] = data["error"][:1000] + "…"
+    return data
 
 
 def _row(c: CellRecord) -> dict[str, Any]:
