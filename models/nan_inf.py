@@ -103,8 +103,8 @@ register(
         dynamic=BATCH,
         card=Card(
             symptom="torch.topk(x, 3) (and torch.sort, also exported as TopK) on rows holding a NaN: torch ranks "
-            "the NaN first; onnxruntime up to 1.24 returns a different top-3 — the NaN dropped or out of place, "
-            "values out of order, other indices. onnxruntime 1.32 agrees with torch (1.25-1.31 not measured).",
+            "the NaN first; onnxruntime up to 1.31 returns a different top-3 — the NaN dropped or out of place, "
+            "values out of order, other indices. onnxruntime 1.32.0 is the first to agree with torch.",
             cause="TopK's spec does not say where NaN ranks. torch sorts NaN above +inf; onnxruntime's CPU TopK "
             "compared with ordered '>'/'<', for which NaN is neither larger nor smaller, so the selection around a "
             "NaN is arbitrary — until a later release ranked NaN as largest too.",
@@ -157,7 +157,7 @@ register(
         card=Card(
             symptom="torch.maximum(x, y) (or clamp(x, min=y) with a tensor bound) where y holds a NaN: torch gives "
             "NaN, onnxruntime up to 1.18 gives x — the NaN in the second operand is dropped (a NaN in x still "
-            "propagates, probe nan_in_x). onnxruntime 1.20.1 and later agree with torch (1.19 not measured here).",
+            "propagates, probe nan_in_x). onnxruntime 1.19.2 and later agree with torch.",
             cause="Max/Min's spec says nothing about NaN; onnxruntime's CPU Max/Min returned the other operand for a "
             "NaN in some operand positions until it was made to propagate NaN (microsoft/onnxruntime#21455, fixed "
             "by #21492).",

@@ -57,7 +57,7 @@ register(
         card=Card(
             symptom="MaxPool2d(2, stride=2, padding=1, ceil_mode=True) on an odd-sized input (5x7): torch returns "
             "3x4, onnxruntime up to 1.20 returns 4x5 — one extra row and column (a shape mismatch downstream, or "
-            "silently wrong features). Even sizes agree; 1.24.4 and later agree (1.21-1.23 not measured).",
+            "silently wrong features). Even sizes agree; onnxruntime 1.21.1 and later agree (full profile).",
             cause="With ceil_mode, torch drops a last window that would start inside the right/bottom padding; "
             "ONNX's shape formula did not say so until onnx/onnx#5741, and onnxruntime's pooling kept that "
             "window (microsoft/onnxruntime#15446) until a later release.",
@@ -99,7 +99,7 @@ register(
             symptom="AvgPool2d(3, stride=2, ceil_mode=True) (no padding): on sizes where the last window hangs "
             "over the edge (10x10), the last row and column differ — onnxruntime divides their sums by the full "
             "kernel size 9 instead of the elements actually in the window. Sizes where windows fit (9x9) agree. "
-            "Measured: wrong up to 1.24.4 at opsets 13-18, up to 1.20.1 at opset 20; 1.32.0 agrees everywhere.",
+            "Measured: wrong up to 1.28.0 at opsets 13-18, up to 1.20.1 at opset 20; 1.29.0 and later agree.",
             cause="torch's divisor for a ceil_mode window is clipped to the input (plus padding); "
             "count_include_pad=True (torch's default, exported as count_include_pad=1) made onnxruntime count the "
             "overhang as padding (microsoft/onnxruntime#16203, fixed for AveragePool-19 by #16752, for older "
