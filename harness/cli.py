@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.matrix import Matrix
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -62,8 +63,8 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _corpus(matrix: object, args: argparse.Namespace) -> list[str]:
-    base = [] if args.only_corpus else list(matrix.corpus)  # type: ignore[attr-defined]
+def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
+    base = [] if args.only_corpus else list(matrix.corpus)
     return base + [c for c in args.corpus if c not in base]
 
 

@@ -27,7 +27,7 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,7 +195,7 @@ class Registry:
             _check_claim(where, case, claim)
         self._cases[case.name] = case
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Case]:
         return iter(self._cases.values())
 
     def __len__(self) -> int:
