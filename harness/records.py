@@ -214,6 +214,10 @@ class ExportRecord:
             **fields,
         )
 
+    def each_probe(self, base: CellRecord, **changes: Any) -> list[CellRecord]:
+        """``base`` once per probe of this artifact (``example`` when torch gave none), with ``changes``."""
+        return [base.replace(probe=p, **changes) for p in self.probes or ("example",)]
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["warnings"] = list(self.warnings)

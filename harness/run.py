@@ -123,14 +123,10 @@ def _cell_env(env: dict[str, str] | None, rec: ExportRecord) -> dict[str, str]:
 
 def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
     """Cells decided without running anything: the export failed or does not apply."""
-    if rec.error_class == "Skipped":
-        status, stage = Status.SKIPPED, Stage.EXPORT
-    else:
-        status, stage = Status.EXPORT_FAIL, Stage.EXPORT
-    return [
-        base.replace(probe=p, status=status, stage=stage, error_class=rec.error_class, error_line=rec.error_line, error=rec.error)
-        for p in (rec.probes or ("example",))
-    ]
+    status = Status.SKIPPED if rec.error_class == "Skipped" else Status.EXPORT_FAIL
+    return rec.each_probe(
+        base, status=status, stage=Stage.EXPORT, error_class=rec.error_class, error_line=rec.error_line, error=rec.error
+    )
 
 
 def run_runtime(
@@ -161,16 +157,13 @@ def run_runtime(
         for rec in artifacts:
             base = rec.cell(runtime.pin, provider, _cell_env(env, rec))
             if env is None:
-                new = [
-                    base.replace(
-                        probe=p,
-                        status=Status.ENV_ERROR,
-                        error_class="EnvironmentError",
-                        error_line=first_line(import_error),
-                        error=import_error,
-                    )
-                    for p in (rec.probes or ("example",))
-                ]
+                new = rec.each_probe(
+                    base,
+                    status=Status.ENV_ERROR,
+                    error_class="EnvironmentError",
+                    error_line=first_line(import_error),
+                    error=import_error,
+                )
             elif not rec.ok:
                 new = _static_cells(rec, base)
             else:
@@ -231,21 +224,10 @@ def _worker_failure(rec: ExportRecord, task: dict[str, Any], kind: str, value: A
         status, line, full = Status.CRASH, f"harness error {cls}: {first_line(msg)}", tb
     else:
         line = full = str(value)
-    return [
-        rec.cell(
-            task["runtime"],
-            task["provider"],
-            task["env"],
-            probe=p,
-            status=status,
-            stage=Stage.RUN,
-            error_class=kind.capitalize(),
-            error_line=line,
-            error=full,
-            seconds=seconds,
-        )
-        for p in rec.probes
-    ]
+    base = rec.cell(task["runtime"], task["provider"], task["env"])
+    return rec.each_probe(
+        base, status=status, stage=Stage.RUN, error_class=kind.capitalize(), error_line=line, error=full, seconds=seconds
+    )
 
 
 def _latency_phase(

@@ -111,12 +111,10 @@ def _cells(task: dict[str, Any]) -> list[CellRecord]:
     ep = PROVIDERS[provider]
     base = rec.cell(task["runtime"], provider, task["env"], stage=Stage.LOAD)
 
-    def every_probe(**changes: Any) -> list[CellRecord]:
-        return [base.replace(probe=p, **changes) for p in rec.probes]
-
     available = _ORT.get_available_providers()
     if ep not in available:
-        return every_probe(
+        return rec.each_probe(
+            base,
             status=Status.UNAVAILABLE,
             stage=Stage.ENV,
             error_class="ProviderUnavailable",
@@ -127,7 +125,8 @@ def _cells(task: dict[str, Any]) -> list[CellRecord]:
         sess = _session(art / "model.onnx", provider, task["threads"])
     except Exception as exc:
         msg = str(exc)
-        return every_probe(
+        return rec.each_probe(
+            base,
             status=Status.LOAD_FAIL,
             stage=Stage.LOAD,
             error_class=type(exc).__name__,
@@ -138,7 +137,8 @@ def _cells(task: dict[str, Any]) -> list[CellRecord]:
     used = tuple(sess.get_providers())
     base = base.replace(providers_used=used)
     if ep not in used:  # the session silently dropped the requested provider
-        return every_probe(
+        return rec.each_probe(
+            base,
             status=Status.UNAVAILABLE,
             stage=Stage.LOAD,
             error_class="ProviderFellBack",
