@@ -1,7 +1,7 @@
 """Nox sessions: the matrix as isolated environments.
 
     nox -s matrix                      # export → every runtime of the default profile → report
-    nox -s matrix -- --profile full    # another profile of matrix.toml
+    nox -s matrix -- --profile quick   # another profile of matrix.toml
     nox -s matrix -- --corpus my.py    # add your own models
     nox -s tests                       # lint, types, unit + integration + end-to-end tests
 
@@ -37,10 +37,18 @@ try:
 except HarnessError as exc:  # one line, not a traceback from inside nox
     sys.exit(f"nox: {exc}")
 
-EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", "numpy"]
+# The export env also holds the reference runtime: it records every node's value per probe (CPU,
+# optimizations off), which a mismatching cell of any runtime is compared with, node by node.
+REFERENCE = next((rt.requirements for rt in MATRIX.runtimes if rt.pin == f"onnxruntime=={MATRIX.export.onnxruntime}"), None)
+EXPORT_PKGS = [
+    f"onnx=={MATRIX.export.onnx}",
+    f"onnxscript=={MATRIX.export.onnxscript}",
+    *(REFERENCE or (f"onnxruntime=={MATRIX.export.onnxruntime}",)),
+    "numpy",
+]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
-# The tests run on the newest runtime of the default profile.
-TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", MATRIX.profile("default").runtimes[-1].pin]
+# The tests run on the reference runtime (the newest).
+TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4"]
 
 
 def _options(posargs: list[str]) -> argparse.Namespace:
@@ -61,9 +69,13 @@ def _options(posargs: list[str]) -> argparse.Namespace:
         MATRIX.profile(ns.profile)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
-    if ns.results is None:  # each profile publishes to its own folder; default's is results/ itself
-        ns.results = "results" if ns.profile == "default" else f"results/{ns.profile}"
+    if ns.results is None:  # the default profile is the published table; the others stay in the build folder
+        ns.results = _results_dir(ns.profile, ns.out)
     return ns
+
+
+def _results_dir(profile: str, out: str) -> str:
+    return "results" if profile == "default" else str(Path(out) / "results" / profile)
 
 
 def _pip_find_links() -> str | None:
@@ -152,6 +164,14 @@ def matrix(session: nox.Session) -> None:
     for rt in MATRIX.profile(ns.profile).runtimes:
         session.notify(f"run({rt.id})", session.posargs)
     session.notify("report", session.posargs)
+
+
+@nox.session
+def latency_bench(session: nox.Session) -> None:
+    """Harness-reported latency against a bare `session.run` loop, same process and settings (bench/)."""
+    session.install(*MATRIX.runtime(MATRIX.export.onnxruntime).requirements)
+    _harness(session)
+    session.run("python", str(ROOT / "bench" / "latency_bench.py"), *session.posargs)  # e.g. -- --out build --rounds 15
 
 
 @nox.session

@@ -58,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
-    p.add_argument("--results", default=None, help="output directory (default: results/, or results/<profile>/)")
+    p.add_argument(
+        "--results", default=None, help="output directory (default: results/ for profile default, else <out>/results/<profile>/)"
+    )
     p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
     return ap
 
@@ -154,7 +156,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from harness import report
 
-        results = args.results or ("results" if profile.name == "default" else f"results/{profile.name}")
+        results = args.results or ("results" if profile.name == "default" else str(out / "results" / profile.name))
         summary = report.build(out, Path(results), profile=profile, wall=args.wall, builtin=matrix.corpus)
         print(summary)
         return 0

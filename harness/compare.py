@@ -29,8 +29,8 @@ def compare(refs: Sequence[np.ndarray], outs: Sequence[np.ndarray], *, atol: flo
             return False, DiffStats(None, None, 0, 0, shape_mismatch=f"output {i}: shape {out.shape}, torch {ref.shape}")
         if ref.dtype != out.dtype:  # an int32 where torch gives int64 breaks the caller's code too
             return False, DiffStats(None, None, 0, 0, shape_mismatch=f"output {i}: dtype {out.dtype}, torch {ref.dtype}")
-        r = ref.astype(np.float64, copy=False)
-        o = out.astype(np.float64, copy=False)
+        r = ref.astype(np.float64, copy=False).reshape(-1)  # 1-d: a 0-d output is one element, not a scalar
+        o = out.astype(np.float64, copy=False).reshape(-1)
         total += r.size
         r_nan, o_nan = np.isnan(r), np.isnan(o)
         r_inf, o_inf = np.isinf(r), np.isinf(o)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import logging
@@ -76,12 +77,11 @@ def versions() -> dict[str, str]:
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__, "numpy": numpy.__version__}
-    try:
-        import onnxscript
-
-        out["onnxscript"] = onnxscript.__version__
-    except ImportError:
-        out["onnxscript"] = "missing"
+    for name in ("onnxscript", "onnxruntime"):  # onnxruntime: the reference runtime
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except ImportError:
+            out[name] = "missing"
     return out
 
 
@@ -261,9 +261,10 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
     path = out_dir / "model.onnx"
     output_names = [f"out{i}" for i in range(n_outputs)]
     error: Exception | None = None
+    program: Any = None
     with _capture() as caught:  # filled when the block exits
         try:
-            _run_exporter(case, key, model, example, output_names, path)
+            program = _run_exporter(case, key, model, example, output_names, path)
         except Exception as exc:
             error = exc
     if error is None and not path.exists():
@@ -272,12 +273,16 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         path.unlink(missing_ok=True)
         return fail(error, warnings=tuple(caught))
     seconds = time.perf_counter() - start
-    return ExportRecord(ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), **_inspect(path), **base)
+    facts = _inspect(path)
+    ran = {p: v for p, v in probes.items() if p not in probe_errors}
+    reference = _reference(out_dir, ran, program, atol=atol, rtol=rtol)
+    return ExportRecord(ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), **facts, **reference, **base)
 
 
 def _run_exporter(
     case: corpus_mod.Case, key: ArtifactKey, model: Any, example: Mapping[str, Any], output_names: list[str], path: Path
-) -> None:
+) -> Any:
+    """Write ``path``; return the dynamo exporter's ONNXProgram (None for TorchScript)."""
     import torch
 
     args = tuple(example.values())
@@ -299,6 +304,7 @@ def _run_exporter(
             output_names=output_names,
             dynamic_axes=dynamic_axes or None,
         )
+        return None
     else:
         dyn = torch.export.Dim.DYNAMIC
         shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
@@ -315,6 +321,7 @@ def _run_exporter(
         if program is None:
             raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
         program.save(str(path), external_data=False)
+        return program
 
 
 def _inspect(path: Path) -> dict[str, Any]:
@@ -327,12 +334,19 @@ def _inspect(path: Path) -> dict[str, Any]:
         checker = "ok"
     except Exception as exc:
         checker = first_line(str(exc)) or type(exc).__name__
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"checker": checker, "opset_actual": opset, "ir_version": model.ir_version, "graph": graph_stats(model)}
+
+
+def graph_stats(model: Any) -> dict[str, Any]:
+    """The ``graph`` of an :class:`ExportRecord`: node, Constant and initializer counts, the op-type
+    histogram, the graph inputs (initializers left out) and outputs, local functions."""
     ops: dict[str, int] = {}
     for node in model.graph.node:
         op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
         ops[op] = ops.get(op, 0) + 1
     inits = {i.name for i in model.graph.initializer}
-    graph = {
+    return {
         "nodes": len(model.graph.node),
         "constants": ops.get("Constant", 0),
         "initializers": len(model.graph.initializer),
@@ -341,8 +355,37 @@ def _inspect(path: Path) -> dict[str, Any]:
         "outputs": [_value_info(v) for v in model.graph.output],
         "functions": len(model.functions),
     }
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    return {"checker": checker, "opset_actual": opset, "ir_version": model.ir_version, "graph": graph}
+
+
+def _reference(
+    out_dir: Path, probes: Mapping[str, Mapping[str, Any]], program: Any, *, atol: float, rtol: float
+) -> dict[str, Any]:
+    """Record what a mismatching cell is later compared with, node by node (:func:`harness.localize.prepare`):
+    ``model.debug.onnx``, ``nodes.json``, the reference runtime's ``intermediates.npz`` and, per probe,
+    where the graph itself already differs from torch (``localization.json``). The reference runs in a
+    forked child: a runtime that crashes or hangs on this model costs this record, not the export."""
+    from harness import localize
+
+    pin = f"onnxruntime=={_SETTINGS['reference']}"
+    for old in localize.FILES:
+        (out_dir / old).unlink(missing_ok=True)
+    try:
+        info = localize.prepare(
+            out_dir,
+            probes,
+            atol=atol,
+            rtol=rtol,
+            exported_program=program.exported_program if program is not None else None,
+            timeout=_SETTINGS["timeout"],
+        )
+    except Exception as exc:  # an exporter's odd graph costs the localization, never the artifact
+        return {"reference_runtime": f"failed: {pin}: {type(exc).__name__}: {first_line(str(exc))}"}
+    if info["error"]:
+        return {"reference_runtime": f"failed: {pin}: {info['error']}"}
+    h = hashlib.sha256()
+    for name in localize.FILES:
+        h.update(sha256(out_dir / name).encode() if (out_dir / name).exists() else b"-")
+    return {"reference_runtime": pin, "intermediates_sha256": h.hexdigest()}
 
 
 def _value_info(v: Any) -> dict[str, Any]:
@@ -399,7 +442,7 @@ def _preload_modules(logs: Path) -> tuple[str, ...]:
         names = proc.stdout.split() if proc.returncode == 0 else []
         cache.write_text("\n".join(names))
     modules = [n for n in cache.read_text().split() if not n.startswith("__")]
-    return ("torch", "torch.onnx", "onnx", "onnxscript", "numpy", "harness.export", *modules)
+    return ("torch", "torch.onnx", "onnx", "onnxscript", "onnxruntime", "numpy", "harness.export", "harness.localize", *modules)
 
 
 _BUILD_FAILED = "building the case failed: "
@@ -450,6 +493,8 @@ def export_all(
         "rtol": matrix.rtol,
         "batch_sizes": list(matrix.batch_sizes),
         "versions": versions(),
+        "reference": matrix.export.onnxruntime,
+        "timeout": matrix.run.timeout,
     }
     tasks = [{"case": k.case, "exporter": k.exporter, "opset": k.opset, "out": str(art_dir)} for k in keys]
     records: dict[str, ExportRecord] = {}

@@ -103,6 +103,10 @@ class ExportSettings:
     torch: str
     onnx: str
     onnxscript: str
+    onnxruntime: str = ""
+    """The reference runtime installed in the export env (CPU, optimizations off): it records every
+    node's value per probe, which a mismatching cell of any runtime is compared with. Default: the
+    newest declared onnxruntime."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +126,9 @@ class LatencySettings:
     min_runs: int = 20
     max_runs: int = 200
     budget_seconds: float = 0.25
+    stability: float = 0.02
+    """Timing stops once the median of a window of ``min_runs`` runs is within this fraction of the
+    previous window's median (or a cap is reached)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,11 +275,18 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     top.only("export", "corpus", "probes", "tolerance", "run", "latency", "runtimes", "profiles")
 
     ex = _Reader(file, "export", top.get("export", dict, required=True))
-    ex.only("torch", "onnx", "onnxscript")
-    export = ExportSettings(torch=ex.get("torch", str), onnx=ex.get("onnx", str), onnxscript=ex.get("onnxscript", str))
-    for key in ("torch", "onnx", "onnxscript"):
-        if len(version_tuple(getattr(export, key))) < 3:
+    ex.only("torch", "onnx", "onnxscript", "onnxruntime")
+    export = ExportSettings(
+        torch=ex.get("torch", str),
+        onnx=ex.get("onnx", str),
+        onnxscript=ex.get("onnxscript", str),
+        onnxruntime=ex.get("onnxruntime", str, ""),
+    )
+    for key in ("torch", "onnx", "onnxscript", "onnxruntime"):
+        if getattr(export, key) and len(version_tuple(getattr(export, key))) < 3:
             ex.fail(f"{getattr(export, key)!r} is not pinned; write a full X.Y.Z version", key)
+    if export.onnxruntime:
+        parse_runtime(file, "export.onnxruntime", f"onnxruntime=={export.onnxruntime}")
 
     co = _Reader(file, "corpus", top.get("corpus", dict, required=True))
     co.only("modules")
@@ -293,13 +307,14 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     run = RunSettings(timeout=float(ru.number("timeout", 120, minimum=1)), workers=ru.number("workers", 0, integer=True))
 
     la = _Reader(file, "latency", top.get("latency", dict, {}))
-    la.only("threads", "warmup", "min_runs", "max_runs", "budget_seconds")
+    la.only("threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")
     latency = LatencySettings(
         threads=la.number("threads", 1, minimum=1, integer=True),
         warmup=la.number("warmup", 5, integer=True),
         min_runs=la.number("min_runs", 20, minimum=1, integer=True),
         max_runs=la.number("max_runs", 200, minimum=1, integer=True),
         budget_seconds=float(la.number("budget_seconds", 0.25)),
+        stability=float(la.number("stability", 0.02)),
     )
     if latency.max_runs < latency.min_runs:
         la.fail(f"max_runs ({latency.max_runs}) is below min_runs ({latency.min_runs}); raise max_runs", "max_runs")
@@ -316,6 +331,12 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
             rr.fail(f"{rt.pin} is declared twice; remove the duplicate", "pin")
         runtimes.append(rt)
     by_pin = {rt.pin: rt for rt in runtimes}
+    if not export.onnxruntime:
+        cpu = [rt for rt in runtimes if rt.package == "onnxruntime"]
+        if not cpu:
+            ex.fail("missing, and no onnxruntime is declared in [[runtimes]] to default to; add it", "onnxruntime")
+        newest = max(cpu, key=lambda rt: version_tuple(rt.version))
+        export = dataclasses.replace(export, onnxruntime=newest.version)
 
     profiles_raw = top.get("profiles", dict, required=True)
     if "default" not in profiles_raw:

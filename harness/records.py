@@ -15,8 +15,11 @@ import dataclasses
 import enum
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+ANY = "*"
+"""Case, exporter and probe of a runtime-wide record (:attr:`CellRecord.runtime_wide`)."""
 
 
 class Status(enum.StrEnum):
@@ -127,6 +130,12 @@ class Latency:
     threads: int
     session_ms: float
     """Wall time of creating the InferenceSession."""
+    stable: bool = False
+    """The median of the last window of ``min_runs`` runs was within ``[latency] stability`` of the
+    window before it; False when a cap (``max_runs``, ``budget_seconds``) stopped the timing first."""
+    copies: str = "host"
+    """Where the inputs and outputs live while timed: ``host`` means every run includes the
+    host/device copies (``session.run`` with numpy arrays)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -179,6 +188,13 @@ class ExportRecord:
     """Of model.onnx."""
     reference_sha256: str | None = None
     """Of reference.npz (probe inputs and torch's outputs)."""
+    intermediates_sha256: str | None = None
+    """Of the files a mismatch is localized with (:data:`harness.localize.FILES`: the debug model, its
+    nodes, the reference runtime's value of every node output per probe, and where the graph itself
+    differs from torch); None when they could not be recorded."""
+    reference_runtime: str | None = None
+    """The reference runtime (newest onnxruntime, CPU, optimizations off) that recorded them, or why it
+    could not (``"onnxruntime==1.32.0"`` / ``"failed: onnxruntime==1.32.0: ..."``)."""
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     card: dict[str, str] = dataclasses.field(default_factory=dict)
     claims: tuple[dict[str, Any], ...] = ()
@@ -192,7 +208,14 @@ class ExportRecord:
     def digest(self) -> str:
         """Everything a cell's verdict depends on from the export side: model, references,
         probes and tolerance. A cell whose ``inputs`` equals it need not run again."""
-        parts = (self.sha256, self.reference_sha256, ",".join(self.probes), repr(self.atol), repr(self.rtol))
+        parts = (
+            self.sha256,
+            self.reference_sha256,
+            self.intermediates_sha256,
+            ",".join(self.probes),
+            repr(self.atol),
+            repr(self.rtol),
+        )
         return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
 
     def cell(self, runtime: str, provider: str, env: dict[str, str], **fields: Any) -> CellRecord:
@@ -214,9 +237,9 @@ class ExportRecord:
             **fields,
         )
 
-    def each_probe(self, base: CellRecord, **changes: Any) -> list[CellRecord]:
-        """``base`` once per probe of this artifact (``example`` when torch gave none), with ``changes``."""
-        return [base.replace(probe=p, **changes) for p in self.probes or ("example",)]
+    def each_probe(self, base: CellRecord, probes: Iterable[str] | None = None, **changes: Any) -> list[CellRecord]:
+        """``base`` once per probe of this artifact (``example`` when torch gave none), or of ``probes``, with ``changes``."""
+        return [base.replace(probe=p, **changes) for p in (self.probes or ("example",)) if probes is None or p in probes]
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -252,6 +275,16 @@ class CellRecord:
     error: str | None = None
     diff: DiffStats | None = None
     providers_used: tuple[str, ...] = ()
+    """``session.get_providers()``: the execution providers the session really holds."""
+    placement: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Nodes per execution provider in the session's (optimized) graph, from session profiling of its
+    first run: shows a provider that took only part of the graph."""
+    localization: str | None = None
+    """Where a mismatch starts: the first node whose outputs differ from the reference runtime's, the
+    first torch value the graph disagrees with, or the first differing output."""
+    optimizer: bool | None = None
+    """For a mismatch: True when the probe passes with graph optimizations disabled (the optimizer is
+    to blame), False when it mismatches there too; None when not checked."""
     opset_actual: int | None = None
     ir_version: int | None = None
     latency: Latency | None = None
@@ -266,6 +299,11 @@ class CellRecord:
     @property
     def artifact(self) -> ArtifactKey:
         return ArtifactKey(self.case, self.exporter, self.opset)
+
+    @property
+    def runtime_wide(self) -> bool:
+        """One record standing for every cell of its runtime × provider (an ``env-error``)."""
+        return self.case == ANY
 
     @property
     def key(self) -> str:
@@ -288,11 +326,37 @@ class CellRecord:
         kw["status"] = Status(kw["status"])
         kw["stage"] = Stage(kw["stage"])
         kw["providers_used"] = tuple(kw.get("providers_used") or ())
+        kw["placement"] = dict(kw.get("placement") or {})
         if kw.get("diff") is not None:
             kw["diff"] = DiffStats.from_dict(kw["diff"])
         if kw.get("latency") is not None:
             kw["latency"] = Latency.from_dict(kw["latency"])
         return cls(**kw)
+
+
+def runtime_wide(runtime: str, provider: str, env: dict[str, str], **fields: Any) -> CellRecord:
+    """One record for a whole runtime × provider column (a broken environment): not one per cell."""
+    fields.setdefault("stage", Stage.ENV)
+    return CellRecord(case=ANY, exporter=ANY, opset=0, runtime=runtime, provider=provider, probe=ANY, env=env, **fields)
+
+
+def spread(cells: Iterable[CellRecord], exports: Iterable[ExportRecord]) -> list[CellRecord]:
+    """``cells`` with each runtime-wide record replaced by one cell per artifact × probe of ``exports``,
+    so a table shows the broken column cell by cell."""
+    out: list[CellRecord] = []
+    exports = list(exports)
+    for c in cells:
+        if not c.runtime_wide:
+            out.append(c)
+            continue
+        changes = {f.name: getattr(c, f.name) for f in dataclasses.fields(CellRecord) if f.name not in _CELL_KEYS}
+        for rec in exports:
+            out.extend(rec.each_probe(rec.cell(c.runtime, c.provider, c.env), **changes))
+    return out
+
+
+_CELL_KEYS = {"case", "exporter", "opset", "probe", "runtime", "provider", "env"}
+_CELL_KEYS |= {"opset_actual", "ir_version", "sha256", "inputs"}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

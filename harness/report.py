@@ -28,7 +28,8 @@ from harness import claims
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
-from harness.records import CellRecord, ExportRecord, Status
+from harness.records import CellRecord, ExportRecord, Status, spread
+from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
 
 LEGEND = {
@@ -51,7 +52,8 @@ def _column(cell: CellRecord, providers: int) -> str:
 
 
 def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRecord]]:
-    """Cells of the profile's shards for the artifacts of the last export."""
+    """Cells of the profile's shards for the artifacts of the last export (a runtime-wide
+    ``env-error`` record stays one record: :func:`harness.records.spread` expands it)."""
     exports = load_artifacts(out)
     wanted = {(r.case, r.exporter, r.opset) for r in exports}
     cells: list[CellRecord] = []
@@ -62,7 +64,7 @@ def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRe
             if not path.exists():
                 missing.append(path.name)
                 continue
-            cells.extend(c for c in read_shard(path).values() if (c.case, c.exporter, c.opset) in wanted)
+            cells.extend(c for c in read_shard(path).values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
     if not cells:
         raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
     if missing:
@@ -84,16 +86,17 @@ def _fold(group: pd.DataFrame) -> str:
 def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None, builtin: tuple[str, ...] = ()) -> str:
     """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
     (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer."""
-    cells, exports = gather(out, profile)
+    raw, exports = gather(out, profile)
     results.mkdir(parents=True, exist_ok=True)
-    cells.sort(key=lambda c: c.key)
-    _write_lines(results / "matrix.jsonl", (_published(c) for c in cells))
+    cells = sorted(spread(raw, exports), key=lambda c: c.key)
+    repros = write_repros(out, results, cells, exports, {rt.pin: rt.constraints for rt in profile.runtimes})
+    _write_lines(results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
 
     manifest = json.loads((out / MANIFEST).read_text())
     runtimes_env = {}
-    for c in cells:
+    for c in raw:
         if c.env and c.runtime not in runtimes_env:
-            runtimes_env[c.runtime] = c.env
+            runtimes_env[c.runtime] = {k: v for k, v in c.env.items() if k not in ("torch", "onnx", "onnxscript")}
     environment = {
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "profile": profile.name,
@@ -102,11 +105,12 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         "runtimes": runtimes_env,
         "wall_seconds": wall,
         "cells": len(cells),
+        "reproducers": len(repros),
         "problems": manifest.get("problems", []),
     }
     (results / "environment.json").write_text(json.dumps(environment, indent=1, sort_keys=True) + "\n")
 
-    df = pd.DataFrame([_row(c) for c in cells])
+    df = pd.DataFrame([_row(c, repros) for c in cells])
     providers = df["provider"].nunique()
     df["column"] = [_column(c, providers) for c in cells]
     counts = df["status"].value_counts().to_dict()
@@ -128,27 +132,72 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     return summary
 
 
-def _published(c: CellRecord) -> dict[str, Any]:
-    """A cell as published: its environment lives once per runtime in environment.json, and the
-    full error stays in the shard (build/shards) with the first 1000 characters published."""
-    data = c.to_dict()
-    data.pop("env")
-    if data["error"] and len(data["error"]) > 1000:
-        data["error"] = data["error"][:1000] + "…"
+def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
+    """A cell as published: one line of what a reader needs, without what changes on every run or
+    lives elsewhere. The full error message, the environment and the digests stay in the shard
+    (build/shards); the environment is published once per runtime in environment.json; the error
+    reproduces with the cell's reproducer (``repro``)."""
+    data: dict[str, Any] = {**_where(c), "status": c.status.value, "stage": c.stage.value}
+    optional = {
+        "opset_actual": c.opset_actual,
+        "ir_version": c.ir_version,
+        "error_class": c.error_class,
+        "error_line": c.error_line,
+        "localization": c.localization,
+        "optimizer": c.optimizer,
+        "note": c.note,
+        "providers_used": list(c.providers_used),
+        "placement": c.placement,
+        "diff": _compact_diff(c),
+        "latency": _compact_latency(c),
+        "repro": repros.get(c.artifact.id) if c.status in FAILING else None,
+    }
+    data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
+    if c.error_class != "EnvironmentError":
+        return data
+    data["error"] = c.error  # a broken environment is one record: keep its whole diagnosis
     return data
 
 
-def _row(c: CellRecord) -> dict[str, Any]:
+def _sig(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.4g}")
+
+
+def _compact_diff(c: CellRecord) -> dict[str, Any] | None:
+    if c.diff is None:
+        return None
+    d = c.diff
+    data: dict[str, Any] = {"max_abs": _sig(d.max_abs), "max_rel": _sig(d.max_rel), "mismatched": d.mismatched, "total": d.total}
+    extra = {"nan_ref": d.nan_ref, "nan_out": d.nan_out, "inf_ref": d.inf_ref, "inf_out": d.inf_out}
+    data.update({k: v for k, v in extra.items() if v})
+    if d.shape_mismatch:
+        data["shape_mismatch"] = d.shape_mismatch
+    return data
+
+
+def _compact_latency(c: CellRecord) -> dict[str, Any] | None:
+    if c.latency is None:
+        return None
+    data = c.latency.to_dict()
+    for k in ("median_ms", "p90_ms", "session_ms"):
+        data[k] = _sig(data[k])
+    return data
+
+
+def _where(c: CellRecord) -> dict[str, Any]:
+    """The fields of a cell's key."""
+    return {k: getattr(c, k) for k in ("case", "exporter", "opset", "runtime", "provider", "probe")}
+
+
+def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
     return {
-        "case": c.case,
-        "exporter": c.exporter,
-        "opset": c.opset,
-        "runtime": c.runtime,
-        "provider": c.provider,
-        "probe": c.probe,
+        **_where(c),
         "status": c.status.value,
         "error_class": c.error_class or "",
         "error_line": c.error_line or "",
+        "localization": c.localization or "",
+        "optimizer": {True: "yes", False: "no", None: ""}[c.optimizer],
+        "repro": repros.get(c.artifact.id, "") if c.status in FAILING else "",
         "note": c.note or "",
         "median_ms": c.latency.median_ms if c.latency else None,
     }
@@ -158,7 +207,7 @@ def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
     os.replace(tmp, path)
 
 
@@ -291,17 +340,32 @@ def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, colu
 
     failing = df[~df["status"].isin([Status.PASS.value, Status.SKIPPED.value])]
     if not failing.empty:
-        lines += ["Failing cells (first error line; runtimes that share it are grouped):", ""]
-        grouped = failing.groupby(["exporter", "opset", "status", "error_line"], sort=True)
-        rows = []
-        for (exporter, opset, status, error), g in grouped:
-            probes = ",".join(sorted(set(g["probe"])))
-            runtimes = ", ".join(_runtime_order(g["column"]))
-            rows.append([exporter, opset, f"{Status(status).symbol} {status}", probes, runtimes, _md_escape(error[:240])])
         lines += [
-            tabulate(rows, headers=["exporter", "opset", "status", "probes", "runtimes", "first error line"], tablefmt="github"),
+            "Failing cells (first error line; runtimes that share it are grouped). For a mismatch, *starts at* says where "
+            "the difference begins and *optimizer* whether the probe passes with graph optimizations disabled; "
+            "*repro* is a standalone reproducer (onnxruntime + numpy):",
             "",
         ]
+        keys = ["exporter", "opset", "status", "error_line", "localization", "optimizer", "repro"]
+        rows = []
+        for (exporter, opset, status, error, where, optimizer, repro), g in failing.groupby(keys, sort=True):
+            probes = ",".join(sorted(set(g["probe"])))
+            runtimes = ", ".join(_runtime_order(g["column"]))
+            rows.append(
+                [
+                    exporter,
+                    opset,
+                    f"{Status(status).symbol} {status}",
+                    probes,
+                    runtimes,
+                    _md_escape(error[:240]),
+                    _md_escape(where[:300]),
+                    optimizer,
+                    f"[repro]({repro}/repro.py)" if repro else "",
+                ]
+            )
+        headers = ["exporter", "opset", "status", "probes", "runtimes", "first error line", "starts at", "optimizer", "repro"]
+        lines += [tabulate(rows, headers=headers, tablefmt="github"), ""]
     notes = df[df["note"] != ""]
     if not notes.empty:
         lines += [f"Note: {_md_escape(notes['note'].iloc[0])}.", ""]

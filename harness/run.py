@@ -7,34 +7,38 @@ the export stage wrote; writes ``build/shards/<runtime-id>-<provider>.jsonl``.
 Guarantees kept here:
 
 - One bad cell never takes down the run: artifacts run in worker processes
-  (:mod:`harness.workers`); a worker that dies is ``crash`` with its signal,
-  one that hangs is ``timeout``.
-- A broken environment (the runtime does not import) is ``env-error`` for its
-  cells, with the import error, not a crashed session.
-- Nothing is lost: records are appended and flushed as they arrive; a rerun
-  keeps the cells whose artifact (sha256) and probes are unchanged and redoes
-  the rest; the shard is rewritten atomically at the end, one line per cell.
+  (:mod:`harness.workers`) that stream a cell per probe; a worker that dies is
+  ``crash`` with its signal, one that hangs past ``[run] timeout`` is
+  ``timeout``, each charged to the probe it was running; the probes after it
+  run in a fresh worker.
+- A broken environment (the runtime does not import) is one ``env-error``
+  record for the runtime × provider, with the import error and the fix, not a
+  crashed session and not one identical failure per cell.
+- Nothing is lost: each cell is appended and fsynced as it arrives; a rerun
+  keeps every cell whose artifact digest is unchanged and runs only the missing
+  probes; the shard is rewritten atomically at the end, one line per cell.
 - Latency is measured after the correctness phase, serially, with a fixed
   thread count, so no two timed sessions share the CPU.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
 from harness.export import MANIFEST
-from harness.matrix import Matrix, Runtime
-from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
-from harness.workers import run_tasks
+from harness.matrix import PROVIDERS, Matrix, Runtime
+from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line, runtime_wide
+from harness.workers import Outcome, describe_exit, run_tasks
 
 _ENV_PROBE = "import json; from harness.backends.onnxruntime import environment; print(json.dumps(environment()))"
 
@@ -90,15 +94,40 @@ def probe_environment() -> tuple[dict[str, str] | None, str]:
     The message's first line is the diagnosis; the child's stderr follows it.
     """
     proc = subprocess.run([sys.executable, "-c", _ENV_PROBE], capture_output=True, text=True, timeout=300)
-    if proc.returncode == 0:
+    numpy_abi = "_ARRAY_API" in proc.stderr or "numpy.core.multiarray failed to import" in proc.stderr
+    # onnxruntime 1.15 beside numpy 2 imports "fine" (exit status 0, the error only printed) and then
+    # crashes on every run: an import that complains about numpy's ABI is a broken env either way.
+    if proc.returncode == 0 and not numpy_abi:
         return json.loads(proc.stdout.strip().splitlines()[-1]), ""
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
     what = " / ".join(dict.fromkeys(errors)) or (lines[-1] if lines else f"exit status {proc.returncode}")
     line = f"onnxruntime fails to import: {what}"
-    if "_ARRAY_API" in proc.stderr or "numpy.core.multiarray failed to import" in proc.stderr:
+    if numpy_abi:
         line += ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
     return None, line + "\n" + proc.stderr[-4000:]
+
+
+_PROVIDER_PROBE = (
+    "import json, sys; from harness.backends.onnxruntime import provider_problem; "
+    "print(json.dumps(provider_problem(sys.argv[1])))"
+)
+
+
+def probe_provider(provider: str) -> str | None:
+    """Why ``provider`` cannot run in this environment (one line), or None; checked in a child process,
+    because loading a GPU provider's libraries can kill the process that loads them."""
+    ep = PROVIDERS[provider]
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROVIDER_PROBE, ep], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return f"{ep}: checking whether it loads took over 300 s"
+    if proc.returncode != 0:
+        how = describe_exit(proc.returncode) if proc.returncode < 0 else f"exit status {proc.returncode}"
+        tail = (proc.stderr.strip().splitlines() or [""])[-1]
+        return f"{ep}: checking whether it loads crashed ({how})" + (f": {tail}" if tail else "")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return str(found) if found else None
 
 
 def load_artifacts(out: Path) -> list[ExportRecord]:
@@ -129,6 +158,14 @@ def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
     )
 
 
+# Depend on this machine, not on the artifact: never reused by a rerun.
+_NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE)
+
+
+def _reusable(old: CellRecord | None, rec: ExportRecord) -> bool:
+    return old is not None and old.inputs == rec.digest and old.status not in _NOT_REUSED
+
+
 def run_runtime(
     matrix: Matrix,
     runtime: Runtime,
@@ -139,7 +176,11 @@ def run_runtime(
     latency: bool = True,
     echo: Callable[[str], Any] = print,
 ) -> list[CellRecord]:
-    """Run every artifact of the last export on ``runtime`` for each provider."""
+    """Run every artifact of the last export on ``runtime`` for each provider; return the shard's cells.
+
+    A rerun keeps every cell whose artifact digest is unchanged (and which
+    does not depend on the machine) and runs only the missing probes.
+    """
     artifacts = load_artifacts(out)
     (out / "shards").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
@@ -150,66 +191,76 @@ def run_runtime(
     all_cells: list[CellRecord] = []
     for provider in providers:
         path = shard_path(out, runtime, provider)
+        # A broken env, or a provider that cannot run here, is one record for the whole column.
+        column: CellRecord | None = None
+        if env is None:
+            column = runtime_wide(
+                runtime.pin,
+                provider,
+                {},
+                status=Status.ENV_ERROR,
+                error_class="EnvironmentError",
+                error_line=first_line(import_error),
+                error=import_error,
+            )
+        elif problem := probe_provider(provider):
+            column = runtime_wide(
+                runtime.pin, provider, env, status=Status.UNAVAILABLE, error_class="ProviderUnavailable", error_line=problem
+            )
+        if column is not None:
+            column = column.replace(error=column.error or column.error_line)
+            echo(f"run {runtime.pin} {provider}: {column.status.value}: {column.error_line}")
+            write_shard(path, [column])
+            all_cells.append(column)
+            continue
         existing = {} if force else read_shard(path)
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
-        by_dir: dict[str, ExportRecord] = {}
+        partial = 0
         for rec in artifacts:
             base = rec.cell(runtime.pin, provider, _cell_env(env, rec))
-            if env is None:
-                new = rec.each_probe(
-                    base,
-                    status=Status.ENV_ERROR,
-                    error_class="EnvironmentError",
-                    error_line=first_line(import_error),
-                    error=import_error,
-                )
-            elif not rec.ok:
-                new = _static_cells(rec, base)
-            else:
-                old = [existing.get(base.replace(probe=p).key) for p in rec.probes]
-                if all(c is not None and c.inputs == rec.digest and c.status is not Status.ENV_ERROR for c in old):
-                    new = [c for c in old if c is not None]
+            if not rec.ok:
+                for c in _static_cells(rec, base):
+                    cells[c.key] = c
+                continue
+            todo = []
+            for p in rec.probes:
+                old = existing.get(base.replace(probe=p).key)
+                if old is not None and _reusable(old, rec):
+                    cells[old.key] = old
                 else:
-                    art_dir = str(out / "artifacts" / rec.key.id)
-                    by_dir[art_dir] = rec
-                    tasks.append({"dir": art_dir, "provider": provider, "runtime": runtime.pin, "env": base.env, "threads": 1})
-                    continue
-            for c in new:
-                cells[c.key] = c
-        redo = len(tasks)
+                    todo.append(p)
+            if todo:
+                partial += len(todo) < len(rec.probes)
+                tasks.append(
+                    {
+                        "dir": str(out / "artifacts" / rec.key.id),
+                        "provider": provider,
+                        "runtime": runtime.pin,
+                        "env": base.env,
+                        "threads": 1,
+                        "probes": todo,
+                    }
+                )
         echo(
-            f"run {runtime.pin} {provider}: {len(artifacts)} artifacts, {redo} to run, "
-            f"{len(artifacts) - redo} decided or reused" + ("" if env else f" (env-error: {first_line(import_error)})")
+            f"run {runtime.pin} {provider}: {len(artifacts)} artifacts, {len(tasks)} to run"
+            + (f" ({partial} only in part: their other probes are kept)" if partial else "")
+            + f", {len(artifacts) - len(tasks)} decided or reused"
         )
         # Start the shard afresh with what is kept, then append as results arrive.
         write_shard(path, cells.values())
         appender = _Appender(path)
         try:
             t0 = time.perf_counter()
-            for outcome in run_tasks(
-                "harness.backends.onnxruntime:run_artifact",
-                tasks,
-                workers=matrix.run.worker_count,
-                timeout=matrix.run.timeout,
-                init="harness.backends.onnxruntime:init_worker",
-                log=str(out / "logs" / f"{runtime.id}.log"),
-            ):
-                rec = by_dir[outcome.task["dir"]]
-                if outcome.kind == "ok":
-                    new = [CellRecord.from_dict(d) for d in outcome.value]
-                else:
-                    new = _worker_failure(rec, outcome.task, outcome.kind, outcome.value, outcome.seconds)
-                for c in new:
-                    cells[c.key] = c
-                appender.add(new)
-            if redo:
-                echo(f"  correctness: {redo} artifacts in {time.perf_counter() - t0:.1f}s")
-            if latency and env is not None:
-                timed = _latency_phase(matrix, out, provider, cells, runtime, echo)
-                appender.add(timed)
-                for c in timed:
-                    cells[c.key] = c
+            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, out / "logs" / f"{runtime.id}.log"):
+                cells[cell.key] = cell
+                appender.add([cell])
+            if tasks:
+                echo(f"  correctness: {len(tasks)} artifacts in {time.perf_counter() - t0:.1f}s")
+            if latency:
+                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo):
+                    cells[cell.key] = cell
+                    appender.add([cell])
         finally:
             appender.close()
         write_shard(path, cells.values())
@@ -217,17 +268,100 @@ def run_runtime(
     return all_cells
 
 
-def _worker_failure(rec: ExportRecord, task: dict[str, Any], kind: str, value: Any, seconds: float) -> list[CellRecord]:
-    status = {"crash": Status.CRASH, "timeout": Status.TIMEOUT}.get(kind)
-    if status is None:  # the backend raised: a harness bug, kept visible in the table
-        cls, msg, tb = value
-        status, line, full = Status.CRASH, f"harness error {cls}: {first_line(msg)}", tb
-    else:
-        line = full = str(value)
-    base = rec.cell(task["runtime"], task["provider"], task["env"])
-    return rec.each_probe(
-        base, status=status, stage=Stage.RUN, error_class=kind.capitalize(), error_line=line, error=full, seconds=seconds
-    )
+@dataclasses.dataclass
+class _Progress:
+    """What the run stage knows of one task from what its worker streamed so far."""
+
+    probes: list[str]
+    loaded: bool = False
+    done: set[str] = dataclasses.field(default_factory=set)
+    localizing: str | None = None
+    """The probe whose mismatch is being localized (its cell is already in)."""
+
+    @property
+    def left(self) -> list[str]:
+        return [p for p in self.probes if p not in self.done]
+
+
+def _correctness(
+    matrix: Matrix, tasks: list[dict[str, Any]], records: Mapping[str, ExportRecord], log: Path
+) -> Iterator[CellRecord]:
+    """Run the tasks in worker processes; yield each cell as it arrives.
+
+    A worker's death or hang is charged to the probe it was on: ``crash``
+    (with the signal) or ``timeout`` for that probe; the probes after it run
+    again in a fresh worker, in the next round. Before the session exists
+    (``loaded``) a death belongs to session creation, which every probe
+    shares. During a mismatch's localization it costs only the localization:
+    the mismatch stands, with a note.
+    """
+    cells: dict[str, CellRecord] = {}
+    while tasks:
+        progress = {id(t): _Progress(list(t["probes"])) for t in tasks}
+        again: list[dict[str, Any]] = []
+        for outcome in run_tasks(
+            "harness.backends.onnxruntime:run_artifact",
+            tasks,
+            workers=matrix.run.worker_count,
+            timeout=matrix.run.timeout,
+            init="harness.backends.onnxruntime:init_worker",
+            log=str(log),
+        ):
+            task, state = outcome.task, progress[id(outcome.task)]
+            rec = records[Path(task["dir"]).name]
+            if outcome.kind == "item":
+                item = outcome.value
+                if "cell" in item:
+                    cell = CellRecord.from_dict(item["cell"])
+                    cells[cell.key] = cell
+                    state.done.add(cell.probe)
+                    state.localizing = None
+                    yield cell
+                elif item.get("event") == "loaded":
+                    state.loaded = True
+                elif item.get("event") == "localizing":
+                    state.localizing = item["probe"]
+                continue
+            left = state.left
+            if outcome.kind == "ok" and not left:
+                continue
+            failed, rest = _charge(rec, task, outcome, state, cells)
+            yield from failed
+            if rest:
+                again.append({**task, "probes": rest})
+        tasks = again
+
+
+def _charge(
+    rec: ExportRecord, task: dict[str, Any], outcome: Outcome, state: _Progress, cells: Mapping[str, CellRecord]
+) -> tuple[list[CellRecord], list[str]]:
+    """A worker ended a task early: the cells that failure decides, and the probes to run again."""
+    base = rec.cell(task["runtime"], task["provider"], task["env"], stage=Stage.RUN)
+    left = state.left
+    if outcome.kind in ("crash", "timeout"):
+        status = Status.CRASH if outcome.kind == "crash" else Status.TIMEOUT
+        line = str(outcome.value)
+    else:  # the backend raised, or returned without every cell: a harness bug, kept visible in the table
+        status = Status.CRASH
+        if outcome.kind == "error":
+            cls, msg, tb = outcome.value
+            line, full = f"harness error {cls}: {first_line(msg)}", tb
+        else:
+            line = full = f"harness error: the backend returned without cells for {', '.join(left)}"
+        return rec.each_probe(base, left, status=status, error_class="HarnessError", error_line=line, error=full), []
+    if state.localizing is not None:  # the cell is in; only its localization is lost
+        cell = cells[base.replace(probe=state.localizing).key]
+        note = f"localizing this mismatch was cut short: {line}"
+        fixed = cell.replace(note=f"{cell.note}; {note}" if cell.note else note)
+        return [fixed], left
+    error_class = outcome.kind.capitalize()
+    if not state.loaded:  # died creating the session: every probe shares it
+        line = f"{line} while creating the session"
+        return rec.each_probe(base, left, status=status, stage=Stage.LOAD, error_class=error_class, error_line=line), []
+    probe, rest = left[0], left[1:]
+    line = f"{line} while running this probe"
+    cell = base.replace(probe=probe, status=status, error_class=error_class, error_line=line, error=line, seconds=outcome.seconds)
+    return [cell], rest
 
 
 def _latency_phase(
@@ -237,13 +371,7 @@ def _latency_phase(
     todo = {c.artifact.id: c for c in cells.values() if c.probe == "example" and c.status is Status.PASS and c.latency is None}
     if not todo:
         return []
-    lat = {
-        "threads": matrix.latency.threads,
-        "warmup": matrix.latency.warmup,
-        "min_runs": matrix.latency.min_runs,
-        "max_runs": matrix.latency.max_runs,
-        "budget_seconds": matrix.latency.budget_seconds,
-    }
+    lat = dataclasses.asdict(matrix.latency)
     tasks = [{"dir": str(out / "artifacts" / art_id), "provider": provider, "latency": lat} for art_id in todo]
     timed = []
     t0 = time.perf_counter()

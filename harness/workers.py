@@ -21,8 +21,10 @@ its worker happened to export before it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import importlib
+import inspect
 import multiprocessing as mp
 import os
 import signal
@@ -43,10 +45,12 @@ class Outcome:
 
     task: Any
     kind: str
-    """``ok``, ``error`` (the function raised), ``crash`` (the worker died) or ``timeout``."""
+    """``item`` (a generator task yielded; more follows), ``ok`` (done), ``error`` (the function
+    raised), ``crash`` (the worker died) or ``timeout``."""
     value: Any = None
-    """The function's return value for ``ok``; a description otherwise."""
+    """The yielded item for ``item``; the return value for ``ok`` (None for a generator); a description otherwise."""
     seconds: float = 0.0
+    """Since the task was handed over (``ok``, ``error``) or since its last item (``crash``, ``timeout``)."""
 
 
 def _resolve(ref: str) -> Callable[..., Any]:
@@ -54,7 +58,18 @@ def _resolve(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when its parent dies, even by SIGKILL, so a killed run
+    leaves no worker spinning in a hung kernel behind it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def _worker_main(conn: Connection, init: str | None, initargs: tuple[Any, ...], log: str | None) -> None:
+    _die_with_parent()
     if log:  # native libraries print to fd 1/2; keep the parent's terminal clean
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -72,7 +87,12 @@ def _worker_main(conn: Connection, init: str | None, initargs: tuple[Any, ...], 
             return
         ref, payload = msg
         try:
-            conn.send(("ok", _resolve(ref)(payload)))
+            result = _resolve(ref)(payload)
+            if inspect.isgenerator(result):  # stream: each item reaches the parent before the next starts
+                for item in result:
+                    conn.send(("item", item))
+                result = None
+            conn.send(("ok", result))
         except BaseException as exc:  # report, never die on a Python error
             conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
 
@@ -118,10 +138,15 @@ def run_tasks(
     fresh: bool = False,
     preload: tuple[str, ...] = (),
 ) -> Iterator[Outcome]:
-    """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they finish.
+    """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they come.
+
+    ``ref`` may be a generator function: each item it yields is an ``item``
+    outcome at once, then ``ok`` ends the task. A crash or hang after some
+    items is still one ``crash``/``timeout`` outcome; the items before it stand.
 
     ``timeout`` bounds each task, counted from when it was handed to a worker
-    (worker start-up, which imports the runtime, is not counted against it).
+    or from its last item, whichever is later (worker start-up, which imports
+    the runtime, is not counted against it).
     ``fresh`` gives each task its own process, forked from a server that has
     imported ``preload``.
     """
@@ -146,7 +171,7 @@ def run_tasks(
                 outcome, dead = _poll(w, ready, now, timeout, log)
                 if outcome is not None:
                     yield outcome
-                    dead = dead or fresh
+                    dead = dead or (fresh and outcome.kind != "item")
                 if dead:
                     w.kill()
                     if queue:
@@ -173,6 +198,10 @@ def _poll(w: _Worker, ready: list[Any], now: float, timeout: float, log: str | N
         if kind == "ready":
             w.ready = True
             return None, False
+        if kind == "item":  # the task goes on; its clock restarts
+            outcome = Outcome(w.task, kind, value, now - w.started)
+            w.started = now
+            return outcome, False
         if kind != "dead":
             outcome = Outcome(w.task, kind, value, now - w.started)
             w.task = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 
 def act(task: str) -> int:
@@ -21,3 +22,26 @@ def act(task: str) -> int:
 
 def pid(task: int) -> int:
     return os.getpid()
+
+
+def stream(task: str) -> Iterator[int]:
+    """Yield 1, 2, ... for each step of ``task`` ("1,2,segv,4"): a fault part-way through a stream."""
+    for step in task.split(","):
+        if step.isdigit():
+            yield int(step)
+        else:
+            act(step)
+
+
+def slow_stream(steps: int) -> Iterator[int]:
+    for i in range(steps):
+        time.sleep(0.6)
+        yield i
+
+
+def report_pid(path: str) -> None:
+    """Write this worker's pid, then hang."""
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    time.sleep(600)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from harness.backends.onnxruntime import error_line
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.backends.onnxruntime import error_line, placement, time_runs
 
 IR = (
     "[ONNXRuntimeError] : 1 : FAIL : Load model from /tmp/x/build/artifacts/a.dynamo.op18/model.onnx failed:"
@@ -41,3 +46,48 @@ def test_detail_lines_join_the_first() -> None:
         "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: x for the following indices "
         "index: 0 Got: 8 Expected: 1 Please fix either the inputs/outputs or the model."
     )
+
+
+def _add_one_session(tmp_path: Path) -> tuple[Any, dict[str, np.ndarray]]:
+    import onnxruntime
+
+    from tests.artifacts import add_one
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(add_one().SerializeToString())
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]), {"x": np.ones(3, np.float32)}
+
+
+LATENCY = {"warmup": 2, "min_runs": 10, "max_runs": 60, "budget_seconds": 30.0}
+
+
+def test_timing_stops_when_two_windows_agree(tmp_path: Path) -> None:
+    sess, feeds = _add_one_session(tmp_path)
+    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 10.0})  # any two windows agree within 1000%
+    assert stable and runs == len(sample) == 2 * LATENCY["min_runs"]
+
+
+def test_timing_stops_at_the_cap_when_the_median_never_settles(tmp_path: Path) -> None:
+    sess, feeds = _add_one_session(tmp_path)
+    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 0.0})  # never "within 0%" unless exactly equal
+    assert runs <= LATENCY["max_runs"] and runs % LATENCY["min_runs"] == 0
+    assert stable or runs == LATENCY["max_runs"]  # stable only on an exact tie of two medians
+    assert len(sample) == 2 * LATENCY["min_runs"]  # the figures come from the last two windows
+    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": 0.0})
+    assert (runs, len(sample), stable) == (LATENCY["min_runs"], LATENCY["min_runs"], False)  # spent after one window
+
+
+def test_placement_counts_nodes_per_provider_in_a_real_profile(tmp_path: Path) -> None:
+    import onnxruntime
+
+    from tests.artifacts import div_int_min
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(div_int_min().SerializeToString())
+    so = onnxruntime.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "profile")
+    sess = onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        sess.run(None, {"a": np.array([4, 9], np.int32), "b": np.array([2, 3], np.int32)})
+    assert placement(sess.end_profiling()) == {"CPUExecutionProvider": 1}

@@ -87,8 +87,8 @@ def test_malformed_matrix(tmp_path: Path) -> None:
 
 
 def test_unknown_profile() -> None:
-    line = one_line_error(harness("validate", "--profile", "ful"))
-    assert "no profile 'ful' (did you mean 'full'?)" in line
+    line = one_line_error(harness("validate", "--profile", "quik"))
+    assert "no profile 'quik' (did you mean 'quick'?)" in line
 
 
 def test_missing_corpus_file() -> None:

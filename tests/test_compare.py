@@ -84,3 +84,10 @@ def test_integer_and_bool_outputs_compare_exactly_under_zero_tolerance() -> None
 def test_dtype_mismatch_is_a_mismatch_even_with_equal_values() -> None:
     ok, s = compare([np.array([1, 2], dtype=np.int64)], [np.array([1, 2], dtype=np.int32)], atol=1, rtol=1)
     assert not ok and s.shape_mismatch == "output 0: dtype int32, torch int64"
+
+
+def test_scalar_outputs_compare_as_one_element() -> None:
+    ok, stats = compare([np.array(1.0, np.float32)], [np.array(1.0, np.float32)], atol=0, rtol=0)
+    assert ok and stats.total == 1
+    ok, stats = compare([np.array(np.nan)], [np.array(2.0)], atol=1, rtol=0)
+    assert not ok and stats.mismatched == 1 and stats.nan_ref == 1

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import load
+from harness.matrix import Profile, load
+from harness.report import build as build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = "frozen_batch,frozen_batch_fixed,data_dependent_branch,data_dependent_branch_fixed,fft_rfft,fft_rfft_matmul,my_classifier"
@@ -102,13 +103,17 @@ def test_fft_rfft_is_an_export_fail_for_torchscript(smoke: dict) -> None:  # typ
     assert smoke[("fft_rfft", "dynamo", 18, NEWEST.version, "example")]["status"] == "pass"
 
 
-def test_ir_version_10_is_a_load_fail_on_1_17_with_the_runtime_message(smoke: dict) -> None:  # type: ignore[type-arg]
-    dynamo_old = [c for k, c in smoke.items() if k[1] == "dynamo" and k[3] == "1.17.3" and c["ir_version"] == 10]
+def test_ir_version_10_is_a_load_fail_on_1_17_with_the_runtime_message(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    dynamo_old = [c for k, c in smoke.items() if k[1] == "dynamo" and k[3] == "1.17.3" and c.get("ir_version") == 10]
     assert dynamo_old
     for c in dynamo_old:
         assert c["status"] == "load-fail"
         assert "Unsupported model IR version: 10, max supported IR version: 9" in c["error_line"]
-        assert c["error"].startswith("[ONNXRuntimeError]")  # the runtime's own, full message is kept
+    shard = build / "build" / "shards" / "ort-1.17.3-cpu.jsonl"
+    full = [json.loads(line) for line in shard.read_text().splitlines()]
+    for c in full:  # the runtime's own, full message is kept in the shard
+        if c["exporter"] == "dynamo" and c.get("ir_version") == 10:
+            assert c["error"].startswith("[ONNXRuntimeError]") and "model.onnx failed:" in c["error"]
 
 
 def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
@@ -154,11 +159,25 @@ def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path,
     assert proc.returncode == 0, proc.stderr[-2000:]
     shard = build / "build" / "shards" / "ort-1.18.0-cpu.jsonl"
     cells = [json.loads(line) for line in shard.read_text().splitlines()]
-    assert cells and {c["status"] for c in cells} == {"env-error"}
+    assert len(cells) == 1, "one record for the broken runtime, not one per cell"
+    assert (cells[0]["status"], cells[0]["case"], cells[0]["probe"]) == ("env-error", "*", "*")
     assert cells[0]["error_line"] == (
         "onnxruntime fails to import: AttributeError: _ARRAY_API not found / ImportError"
         ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
     )
+    # The report spreads the one record over its column and publishes it once.
+    broken = load(matrix)
+    profile = Profile(
+        "broken", (broken.runtime("1.17.3"), broken.runtime("1.18.0")), ("cpu",), ("torchscript", "dynamo"), (17, 18)
+    )
+    results = tmp_path / "results"
+    build_report(build / "build", results, profile=profile)
+    published = [json.loads(line) for line in (results / "matrix.jsonl").read_text().splitlines()]
+    assert [c["case"] for c in published if c["runtime"] == "onnxruntime==1.18.0"] == ["*"]
+    readme = (results / "README.md").read_text()
+    summary = readme.split("## Summary")[1].split("## Per case")[0]
+    rows = [r for r in summary.splitlines() if r.startswith("| [")]
+    assert rows and all(r.rstrip(" |").endswith("!") for r in rows), "every row's 1.18.0 column shows the env-error"
 
 
 def test_the_readme_user_corpus_example(smoke: dict) -> None:  # type: ignore[type-arg]

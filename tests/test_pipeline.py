@@ -197,3 +197,32 @@ def test_rerun_reuses_unchanged_cells_and_redoes_changed_ones(run: tuple[Path, M
     changed = {k for k in after if after[k] != before[k]}
     assert changed and all(k.startswith("nan_chain|torchscript|op18|") for k in changed)
     assert len(shard.read_text().splitlines()) == len(after)  # compacted: one line per cell
+
+
+def test_every_mismatch_says_where_it_starts_and_whether_the_optimizer_is_to_blame(claim_cells: list[CellRecord]) -> None:
+    mismatches = [c for c in claim_cells if c.status is Status.MISMATCH]
+    assert mismatches
+    for c in mismatches:
+        assert c.localization, c.key
+        assert c.optimizer is not None, c.key
+    by_key = {(c.case, c.exporter, c.probe): c for c in mismatches if c.opset == 18}
+    # a dynamo export that differs from torch names the torch value where it starts
+    chain = by_key[("nan_chain", "dynamo", "constant_row")].localization or ""
+    assert chain.startswith("the graph differs from torch from FX value div = aten.div.Tensor")
+    # a probe the export specialized away names the guard it breaks
+    assert by_key[("loop_unrolled", "dynamo", "n5")].localization == "the probe breaks the export's guards: Guard failed: n == 3"
+    # TorchScript has no torch value per ONNX value: the first differing output and its node
+    branch = by_key[("data_dependent_branch", "torchscript", "negative")].localization or ""
+    assert branch.startswith("the graph itself differs from torch: output out0 of node /Mul (Mul)")
+
+
+def test_export_records_what_a_mismatch_is_localized_with(run: tuple[Path, Matrix]) -> None:
+    out, matrix = run
+    for exporter in ("torchscript", "dynamo"):
+        rec = _export(out, "nan_chain", exporter)
+        assert rec.reference_runtime == f"onnxruntime=={matrix.export.onnxruntime}"
+        assert rec.intermediates_sha256
+        art = out / "artifacts" / rec.key.id
+        nodes = json.loads((art / "nodes.json").read_text())
+        assert len(nodes) == rec.graph["nodes"]
+        assert (art / "model.debug.onnx").is_file() and (art / "intermediates.npz").is_file()

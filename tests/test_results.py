@@ -1,9 +1,9 @@
 """The published table: produced by a real run of this corpus, and showing every claim.
 
-These tests read the committed results/ (default profile) and results/full/.
-They fail when the corpus changed and the table was not regenerated, or when
-a claim is no longer what the table shows: rerun `nox -s matrix` (and
-`nox -s matrix -- --profile full`) and commit results/.
+These tests read the committed results/ (the default profile: every
+onnxruntime minor). They fail when the corpus changed and the table was not
+regenerated, or when a claim is no longer what the table shows: rerun
+`nox -s matrix` and commit results/.
 """
 
 from __future__ import annotations
@@ -15,19 +15,24 @@ import pytest
 
 from harness import claims, corpus
 from harness.matrix import load, version_tuple
-from harness.records import CellRecord
+from harness.records import CellRecord, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
 REGISTRY = corpus.load(MATRIX.corpus, ROOT)
-TABLES = {name: ROOT / "results" / ("" if name == "default" else name) for name in ("default", "full")}
+TABLES = {"default": ROOT / "results"}
+FAILING = {Status.MISMATCH, Status.RUN_FAIL, Status.LOAD_FAIL, Status.CRASH, Status.TIMEOUT}
+
+
+def _rows(profile: str) -> list[dict]:  # type: ignore[type-arg]
+    path = TABLES[profile] / "matrix.jsonl"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `nox -s matrix`")
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _cells(profile: str) -> list[CellRecord]:
-    path = TABLES[profile] / "matrix.jsonl"
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `nox -s matrix{'' if profile == 'default' else ' -- --profile ' + profile}`")
-    return [CellRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+    return [CellRecord.from_dict(row) for row in _rows(profile)]
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +70,31 @@ def test_every_claim_is_shown_by_the_published_table(
         verdicts.append(claims.holds(claim.to_dict(), case, cells, newest))
     assert any(v is not None for v in verdicts), f"{claims.describe(claim.to_dict(), 'newest')}: no published table measures it"
     assert all(v is not False for v in verdicts), f"{claims.describe(claim.to_dict(), 'newest')}: the table disagrees"
+
+
+def test_every_published_mismatch_says_where_it_starts_and_whether_the_optimizer_is_to_blame(
+    published: dict[str, list[CellRecord]],
+) -> None:
+    mismatches = [c for c in published["default"] if c.status is Status.MISMATCH]
+    assert mismatches
+    unlocalized = [c.key for c in mismatches if not c.localization]
+    unchecked = [c.key for c in mismatches if c.optimizer is None]
+    assert not unlocalized, f"{len(unlocalized)} mismatches without localization, e.g. {unlocalized[:3]}"
+    assert not unchecked, f"{len(unchecked)} mismatches without the optimizations-off verdict, e.g. {unchecked[:3]}"
+
+
+def test_every_failing_cell_links_a_reproducer_that_is_committed(published: dict[str, list[CellRecord]]) -> None:
+    rows = _rows("default")
+    failing = [r for r in rows if Status(r["status"]) in FAILING and r["case"] != "*"]
+    assert failing
+    missing = [(r["case"], r["exporter"], r["opset"], r["runtime"], r["probe"]) for r in failing if "repro" not in r]
+    assert not missing, f"failing cells without a reproducer: {missing[:5]}"
+    for folder in {r["repro"] for r in failing}:
+        repro = ROOT / "results" / folder
+        assert (repro / "repro.py").is_file() and (repro / "model.onnx").is_file(), folder
+        assert (repro / "test_data_set_0" / "input_0.pb").is_file() or not any(repro.glob("test_data_set_*/input_*.pb"))
+    readme = (ROOT / "results" / "README.md").read_text()
+    assert f"]({failing[0]['repro']}/repro.py)" in readme
+    # no reproducer is left behind for an artifact that no longer fails
+    linked = {r["repro"].split("/", 1)[1] for r in failing}
+    assert {p.name for p in (ROOT / "results" / "repro").iterdir()} == linked

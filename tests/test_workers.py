@@ -5,9 +5,14 @@ Real faults in real processes (tests/faults.py), no mocks.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from harness.workers import run_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_crash_timeout_and_error_each_cost_one_task() -> None:
@@ -33,3 +38,52 @@ def test_fresh_gives_every_task_its_own_process_and_still_survives_a_crash() -> 
     assert len({o.value for o in outcomes}) == 6
     crashed = {o.task: o for o in run_tasks("tests.faults:act", ["ok:1", "segv", "ok:2"], workers=1, timeout=30, fresh=True)}
     assert crashed["segv"].kind == "crash" and crashed["ok:2"].value == 2
+
+
+def test_a_stream_delivers_items_before_the_fault_and_the_clock_restarts_per_item() -> None:
+    tasks = ["1,2,segv,4", "1,hang", "1,2,3"]
+    got: dict[str, list[object]] = {t: [] for t in tasks}
+    kinds: dict[str, list[str]] = {t: [] for t in tasks}
+    for o in run_tasks("tests.faults:stream", tasks, workers=2, timeout=2):
+        kinds[o.task].append(o.kind)
+        if o.kind == "item":
+            got[o.task].append(o.value)
+    assert got == {"1,2,segv,4": [1, 2], "1,hang": [1], "1,2,3": [1, 2, 3]}
+    assert kinds["1,2,segv,4"] == ["item", "item", "crash"]
+    assert kinds["1,hang"] == ["item", "timeout"]
+    assert kinds["1,2,3"] == ["item", "item", "item", "ok"]
+
+
+def test_each_item_resets_the_timeout() -> None:
+    """Five steps of 0.6 s each outlast a 1 s timeout in all, but no single step does."""
+    outcomes = list(run_tasks("tests.faults:slow_stream", [5], workers=1, timeout=1))
+    assert [o.kind for o in outcomes] == ["item"] * 5 + ["ok"]
+
+
+def test_workers_die_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    """A run killed with SIGKILL leaves no worker behind (PR_SET_PDEATHSIG), even one stuck in a task."""
+    script = (
+        "import sys; from harness.workers import run_tasks\n"
+        "for o in run_tasks('tests.faults:report_pid', [sys.argv[1]], workers=1, timeout=600): pass\n"
+    )
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(pidfile)], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.1)
+    worker = int(pidfile.read_text())
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker):
+        assert time.monotonic() < deadline, f"worker {worker} outlived its killed parent"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

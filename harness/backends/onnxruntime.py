@@ -1,27 +1,41 @@
-"""The onnxruntime backend: load an artifact, run its probes, compare.
+"""The onnxruntime backend: load an artifact, run its probes, compare, localize.
 
 These functions run inside worker processes of a runtime environment that
 holds one pinned onnxruntime, numpy and the harness, and nothing else. Every
-exception is turned into a status here, in one place (:func:`_cells`), the
-way nox's ``SessionRunner.execute`` does it.
+exception is turned into a status here, in one place (:func:`run_artifact`),
+the way nox's ``SessionRunner.execute`` does it.
+
+:func:`run_artifact` streams: it yields a ``loaded`` event once the session
+exists and then each probe's cell as soon as it is decided, so a worker that
+dies or hangs on one probe costs the run stage that probe alone (the run stage
+knows which probe was running from what it last received).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import os
 import platform
 import re
+import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from harness import localize
 from harness.compare import compare, describe
 from harness.matrix import PROVIDERS
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status
 
 _ORT: Any = None
+_CPU = PROVIDERS["cpu"]
+# Provider → the shared library onnxruntime loads for it at session creation (onnxruntime/capi/).
+_PROVIDER_LIBS = {PROVIDERS["cuda"]: "cuda", PROVIDERS["tensorrt"]: "tensorrt"}
 
 
 def init_worker() -> None:
@@ -41,9 +55,11 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "onnxruntime": onnxruntime.__version__,
+        "package": _package(),
         "available_providers": ",".join(onnxruntime.get_available_providers()),
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "gpu": gpu_model(),
     }
 
 
@@ -55,6 +71,23 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def gpu_model() -> str:
+    """The NVIDIA GPU(s) and driver as the kernel driver reports them; ``none`` without a driver."""
+    root = Path("/proc/driver/nvidia")
+    try:
+        driver = (root / "version").read_text().splitlines()[0]
+        names = [
+            line.split(":", 1)[1].strip()
+            for info in sorted((root / "gpus").glob("*/information"))
+            for line in info.read_text().splitlines()
+            if line.startswith("Model:")
+        ]
+    except (OSError, IndexError):
+        return "none"
+    m = re.search(r"Kernel Module\s+(\S+)", driver)
+    return f"{', '.join(names) or 'unknown GPU'} (driver {m[1] if m else 'unknown'})"
 
 
 _LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
@@ -71,14 +104,111 @@ def error_line(message: str) -> str:
     return text
 
 
-def _session(path: Path, provider: str, threads: int, optimize: bool = True) -> Any:
+def provider_problem(ep: str) -> str | None:
+    """Why ``ep`` cannot run in this environment, in one line; None when nothing stops it.
+
+    onnxruntime-gpu lists CUDA and TensorRT as available on any machine and
+    then, when their libraries do not load, quietly runs the session on the
+    CPU. So a listed provider must also load: its shared library is loaded
+    here the way onnxruntime loads it (the loader's own message names the
+    missing CUDA, cuDNN or TensorRT library), and for an NVIDIA provider the
+    driver must initialise and show a device. Loading GPU libraries can kill
+    the process, so the run stage calls this in a child process of its own.
+    """
+    import onnxruntime as ort
+
+    who = f"{_package()} {ort.__version__}"
+    available = ort.get_available_providers()
+    if ep not in available:
+        return f"{ep} is not available in {who}; available: {', '.join(available)}"
+    lib = _PROVIDER_LIBS.get(ep)
+    if lib is None:
+        return None
+    capi = Path(ort.__file__).parent / "capi"
+    path = capi / f"libonnxruntime_providers_{lib}.so"
+    if not path.exists():
+        return f"{ep} is listed by {who} but {path.name} is not in {capi}"
+    with contextlib.suppress(OSError):  # onnxruntime loads the bridge library first, globally
+        ctypes.CDLL(str(capi / "libonnxruntime_providers_shared.so"), mode=ctypes.RTLD_GLOBAL)
+    driver = _nvidia_driver_problem()
+    try:
+        ctypes.CDLL(str(path))
+    except OSError as exc:
+        reason = str(exc).replace(f"{path}: ", "")
+        return f"{ep} is listed by {who} but cannot load: {reason}" + (f"; {driver}" if driver else "")
+    if driver:
+        return f"{ep} is listed by {who} and its libraries load, but {driver}"
+    return None
+
+
+def _package() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("onnxruntime-gpu")
+        return "onnxruntime-gpu"
+    except PackageNotFoundError:
+        return "onnxruntime"
+
+
+def _nvidia_driver_problem() -> str | None:
+    """None when the NVIDIA driver initialises and shows at least one device; else why not."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        missing = "cannot open shared object file" in str(exc)
+        return "no NVIDIA driver (libcuda.so.1 not found)" if missing else f"the NVIDIA driver does not load: {exc}"
+    rc = cuda.cuInit(0)
+    if rc != 0:
+        return f"the NVIDIA driver does not initialise (cuInit returned CUresult {rc})"
+    count = ctypes.c_int(0)
+    rc = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if rc != 0 or count.value == 0:
+        return f"no CUDA device is visible (cuDeviceGetCount: CUresult {rc}, {count.value} devices)"
+    return None
+
+
+# A session-creation error that says the provider's libraries or device failed: the provider is
+# unavailable here, not the model refused (onnxruntime falls back to the CPU only once).
+_PROVIDER_FAILURE = re.compile(r"CUDA failure|CUDNN failure|CUBLAS failure|TensorRT EP|Failed to load library|cudaSetDevice")
+
+
+def _session(path: Path, provider: str, threads: int, *, optimize: bool = True, profile: str | None = None) -> Any:
     so = _ORT.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     if not optimize:
         so.graph_optimization_level = _ORT.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile
     return _ORT.InferenceSession(str(path), sess_options=so, providers=[PROVIDERS[provider]])
+
+
+def placement(profile_json: str | os.PathLike[str]) -> dict[str, int]:
+    """Nodes per execution provider in a session profile (``cat == "Node"`` events carry the provider)."""
+    nodes: dict[str, set[str]] = {}
+    for event in json.loads(Path(profile_json).read_text()):
+        args = event.get("args") or {}
+        if event.get("cat") == "Node" and args.get("provider"):
+            name = re.sub(r"_(kernel_time|fence_before|fence_after)$", "", event.get("name", ""))
+            nodes.setdefault(args["provider"], set()).add(name)
+    return {ep: len(names) for ep, names in sorted(nodes.items())}
+
+
+def _end_profiling(sess: Any) -> dict[str, int]:
+    """Stop the session's profiling and count its nodes per provider; the profile file is removed."""
+    path = ""
+    try:
+        path = sess.end_profiling()
+        return placement(path) if path else {}
+    except (OSError, ValueError):
+        return {}
+    finally:
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _feeds(sess: Any, ref: Any, probe: str) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -99,83 +229,167 @@ def _outputs(ref: Any, probe: str) -> list[np.ndarray]:
     return [ref[k] for k in sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k.rsplit("/", 1)[1]))]
 
 
-def run_artifact(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Worker entry: every probe of one artifact on one provider → cell records."""
-    return [c.to_dict() for c in _cells(task)]
+def _failed(cell: CellRecord, exc: BaseException, started: float, status: Status) -> CellRecord:
+    msg = str(exc)
+    return cell.replace(
+        status=status,
+        error_class=type(exc).__name__,
+        error_line=error_line(msg),
+        error=msg[:20000],
+        seconds=time.perf_counter() - started,
+    )
 
 
-def _cells(task: dict[str, Any]) -> list[CellRecord]:
+def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Worker entry (a generator): the probes of one artifact on one provider.
+
+    Yields ``{"event": "loaded"}`` once the session exists, ``{"cell": ...}``
+    for each probe in ``task["probes"]`` order, and, before the extra sessions
+    that localize a mismatch, ``{"event": "localizing", "probe": ...}``:
+    whatever kills the worker from then on costs the localization, not the cell.
+    """
     art = Path(task["dir"])
     rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text()))
     provider = task["provider"]
     ep = PROVIDERS[provider]
+    probes = [p for p in rec.probes if p in task.get("probes", rec.probes)]
     base = rec.cell(task["runtime"], provider, task["env"], stage=Stage.LOAD)
 
-    available = _ORT.get_available_providers()
-    if ep not in available:
-        return rec.each_probe(
-            base,
-            status=Status.UNAVAILABLE,
-            stage=Stage.ENV,
-            error_class="ProviderUnavailable",
-            error_line=f"{ep} is not available in onnxruntime {_ORT.__version__}; available: {', '.join(available)}",
-        )
-    t0 = time.perf_counter()
-    try:
-        sess = _session(art / "model.onnx", provider, task["threads"])
-    except Exception as exc:
-        msg = str(exc)
-        return rec.each_probe(
-            base,
-            status=Status.LOAD_FAIL,
-            stage=Stage.LOAD,
-            error_class=type(exc).__name__,
-            error_line=error_line(msg),
-            error=msg[:20000],
-            seconds=time.perf_counter() - t0,
-        )
-    used = tuple(sess.get_providers())
-    base = base.replace(providers_used=used)
-    if ep not in used:  # the session silently dropped the requested provider
-        return rec.each_probe(
-            base,
-            status=Status.UNAVAILABLE,
-            stage=Stage.LOAD,
-            error_class="ProviderFellBack",
-            error_line=f"requested {ep}, session runs on {', '.join(used)}",
-        )
-
-    ref = np.load(art / "reference.npz")
-    cells = []
-    for probe in rec.probes:
-        t1 = time.perf_counter()
-        cell = base.replace(probe=probe, stage=Stage.RUN)
+    with tempfile.TemporaryDirectory(prefix="harness-profile-") as tmp:
+        t0 = time.perf_counter()
         try:
-            feeds, ignored = _feeds(sess, ref, probe)
-            outs = sess.run(None, feeds)
+            sess = _session(art / "model.onnx", provider, task["threads"], profile=str(Path(tmp) / "profile"))
         except Exception as exc:
-            msg = str(exc)
-            cells.append(
-                cell.replace(
-                    status=Status.RUN_FAIL,
-                    error_class=type(exc).__name__,
-                    error_line=error_line(msg),
-                    error=msg[:20000],
-                    seconds=time.perf_counter() - t1,
-                )
-            )
-            continue
-        ok, stats = compare(_outputs(ref, probe), outs, atol=rec.atol, rtol=rec.rtol)
-        note = None
-        if ignored:
-            note = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them"
-        cell = cell.replace(stage=Stage.COMPARE, diff=stats, note=note, seconds=time.perf_counter() - t1)
-        if ok:
-            cells.append(cell)
-        else:
+            status = Status.LOAD_FAIL
+            if ep != _CPU and _PROVIDER_FAILURE.search(str(exc)):
+                status = Status.UNAVAILABLE
+            for cell in rec.each_probe(base, probes):
+                yield {"cell": _failed(cell, exc, t0, status).to_dict()}
+            return
+        used = tuple(sess.get_providers())
+        base = base.replace(providers_used=used)
+        if ep not in used:  # the session silently dropped the requested provider
+            line = f"{ep} was requested but the session fell back to {', '.join(used)}"
+            for cell in rec.each_probe(base, probes, status=Status.UNAVAILABLE, error_class="ProviderFellBack"):
+                yield {"cell": cell.replace(error_line=line, error=line).to_dict()}
+            return
+        yield {"event": "loaded"}
+        ref = np.load(art / "reference.npz")
+        profiling = True
+        for probe in probes:
+            t1 = time.perf_counter()
+            cell = base.replace(probe=probe, stage=Stage.RUN)
+            try:
+                feeds, ignored = _feeds(sess, ref, probe)
+                outs = sess.run(None, feeds)
+            except Exception as exc:
+                outs, error = None, exc
+            if profiling:  # the first run places every node: count them per provider, then stop profiling
+                profiling = False
+                base = base.replace(placement=_end_profiling(sess))
+                cell = cell.replace(placement=base.placement)
+            if outs is None:
+                yield {"cell": _failed(cell, error, t1, Status.RUN_FAIL).to_dict()}
+                continue
+            want = _outputs(ref, probe)
+            ok, stats = compare(want, outs, atol=rec.atol, rtol=rec.rtol)
+            note = None
+            if ignored:
+                note = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them"
+            cell = cell.replace(stage=Stage.COMPARE, diff=stats, note=note, seconds=time.perf_counter() - t1)
+            if ok:
+                yield {"cell": cell.to_dict()}
+                continue
             line = describe(stats)
-            cells.append(cell.replace(status=Status.MISMATCH, error_class="Mismatch", error_line=line, error=line))
-    return cells
+            names = [o.name for o in sess.get_outputs()]
+            cell = cell.replace(
+                status=Status.MISMATCH,
+                error_class="Mismatch",
+                error_line=line,
+                error=line,
+                localization=_output_localization(art, names, want, outs, rec),
+            )
+            yield {"cell": cell.to_dict()}
+            yield {"event": "localizing", "probe": probe}
+            yield {"cell": _localize(art, rec, cell, feeds, want, task["threads"]).to_dict()}
+
+
+def _nodes(art: Path) -> list[dict[str, Any]]:
+    path = art / localize.NODES
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _output_localization(art: Path, names: list[str], want: list[np.ndarray], outs: list[Any], rec: ExportRecord) -> str:
+    """The first output that differs from torch's, and the node that computes it."""
+    found = localize.first_output_mismatch(_nodes(art), names, outs, want, atol=rec.atol, rtol=rec.rtol)
+    return found or "every output is within tolerance on its own"
+
+
+def _localize(
+    art: Path, rec: ExportRecord, cell: CellRecord, feeds: Mapping[str, np.ndarray], want: list[np.ndarray], threads: int
+) -> CellRecord:
+    """Where a mismatch starts, and whether the graph optimizer is to blame.
+
+    1. The same probe with graph optimizations disabled: passing there puts
+       the blame on the optimizer.
+    2. ``model.debug.onnx`` (every node output exposed) on this runtime,
+       compared node by node, in graph order, with the reference runtime's
+       values recorded at export (:func:`harness.localize.localize_cell`):
+       the first node that differs; or, where the reference runtime itself
+       differs from torch, where the graph parts from torch (the first torch
+       value it disagrees with, for a dynamo export).
+    3. Failing both, the first differing output and its node stands.
+    """
+    notes = [cell.note] if cell.note else []
+    optimizer: bool | None = None
+    try:
+        sess = _session(art / "model.onnx", cell.provider, threads, optimize=False)
+        optimizer, _ = compare(want, sess.run(None, dict(feeds)), atol=rec.atol, rtol=rec.rtol)
+    except Exception as exc:
+        notes.append(f"with graph optimizations disabled the probe fails: {error_line(str(exc))}")
+    found = localize.localize_cell(
+        _ORT, art, cell.probe, feeds, atol=rec.atol, rtol=rec.rtol, providers=[PROVIDERS[cell.provider]], threads=threads
+    )
+    error = found.pop("error", None)
+    where = localize.describe_localization(found)
+    if error:
+        notes.append(f"no node-by-node comparison: {error}")
+    if where and "runtime" in found:
+        where = f"{where} (against {rec.reference_runtime}, CPU, optimizations off)"
+    return cell.replace(localization=where or cell.localization, optimizer=optimizer, note="; ".join(notes) or None)
+
+
+def time_runs(sess: Any, feeds: Mapping[str, np.ndarray], lat: Mapping[str, Any]) -> tuple[list[float], int, bool]:
+    """The latency protocol, after ``warmup`` untimed runs: timed ``session.run`` calls in windows of
+    ``min_runs``, until a window's median is within ``stability`` of the previous window's (or
+    ``max_runs`` or ``budget_seconds`` stops it).
+
+    Returns the sample the figures come from (the last two windows: the settled state, not the first
+    runs after warm-up), the number of timed runs, and whether the median settled.
+    """
+    feeds = dict(feeds)
+    run = sess.run
+    for _ in range(lat["warmup"]):
+        run(None, feeds)
+    window = lat["min_runs"]
+    times: list[float] = []
+    previous: float | None = None
+    perf = time.perf_counter
+    deadline = perf() + lat["budget_seconds"]
+    stable = False
+    while len(times) + window <= lat["max_runs"]:
+        for _ in range(window):
+            t = perf()
+            run(None, feeds)
+            times.append(perf() - t)
+        median = float(np.median(times[-window:]))
+        if previous is not None and abs(median - previous) <= lat["stability"] * previous:
+            stable = True
+            break
+        previous = median
+        if perf() > deadline:
+            break
+    return times[-2 * window :], len(times), stable
 
 
 def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
@@ -186,20 +400,14 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     sess = _session(art / "model.onnx", task["provider"], lat["threads"])
     session_ms = (time.perf_counter() - t0) * 1e3
     feeds, _ = _feeds(sess, np.load(art / "reference.npz"), "example")
-    for _ in range(lat["warmup"]):
-        sess.run(None, feeds)
-    times: list[float] = []
-    deadline = time.perf_counter() + lat["budget_seconds"]
-    while len(times) < lat["max_runs"] and (len(times) < lat["min_runs"] or time.perf_counter() < deadline):
-        t = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    ms = np.array(times) * 1e3
+    sample, runs, stable = time_runs(sess, feeds, lat)
+    ms = np.array(sample) * 1e3
     return Latency(
         median_ms=float(np.median(ms)),
         p90_ms=float(np.percentile(ms, 90)),
-        runs=len(times),
+        runs=runs,
         warmup=lat["warmup"],
         threads=lat["threads"],
         session_ms=session_ms,
+        stable=stable,
     ).to_dict()

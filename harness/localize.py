@@ -1,0 +1,834 @@
+"""Localize a mismatch: name the first node (or torch value) where a cell's values part ways.
+
+A ``mismatch`` cell says *that* a runtime's outputs differ from torch's; this
+module says *where* it starts. Two complementary views:
+
+- **Runtime side** (the graph is right, one runtime computes it wrong). At
+  export time, beside ``model.onnx`` (:func:`prepare` does all of it):
+
+  - ``model.debug.onnx``: the model with every top-level node output also a
+    graph output (:func:`debug_model`);
+  - ``nodes.json``: its nodes in graph order (name, op type, outputs);
+  - ``intermediates.npz``: the *reference* runtime's value of every exposed
+    output for every probe (the export environment's onnxruntime, CPU, graph
+    optimizations disabled; :func:`run_reference`, :func:`save_intermediates`);
+  - ``localization.json`` (:func:`prepare` only): per probe, whether the
+    reference's own outputs already differ from torch's and, for dynamo, the
+    torch-side finding below.
+
+  In a runtime environment (one pinned onnxruntime, numpy, no onnx, no torch)
+  :func:`localize_cell` runs ``model.debug.onnx`` on that runtime and
+  :func:`first_divergence` names the first node, in graph order, one of whose
+  outputs differs from the reference runtime's.
+
+- **Torch side** (dynamo exports; the graph itself is wrong: the reference
+  runtime's own output already differs from torch's). :func:`torch_divergence`
+  runs ``onnx_program.exported_program`` node by node (:func:`torch_values`,
+  one ``torch.fx.Interpreter`` pass, no onnxruntime session per value as
+  ``verify_onnx_program(compare_intermediates=True)`` opens) and compares each
+  FX value with the reference runtime's value of the same name. torch 2.13's
+  dynamo exporter names the ONNX value of an FX ``call_function`` node after
+  the node (``relu`` → ``relu``) and its producing node ``node_<name>``; an op
+  with several outputs gives ``<node>__0``, ``<node>__1``, ..., and a
+  ``getitem`` of such a tuple renames its element to the getitem's name. Graph
+  inputs and outputs renamed by ``input_names``/``output_names`` keep the FX
+  name in their ``pkg.torch.onnx.original_node_name`` metadata
+  (:func:`fx_aliases`), initializers are renamed to state-dict names
+  (``conv.weight``), and every node records its FX node in
+  ``pkg.torch.onnx.fx_node``. Values the ONNX optimizer folded or fused away
+  have no ONNX namesake and are not compared. A probe may also fail the
+  program's input guards (a specialized dim or Python scalar), or the program
+  may already differ from eager torch (a Python loop or list unrolled at
+  capture): both are reported as such.
+
+Only top-level nodes are exposed: values computed inside an ``If``/``Loop``/
+``Scan`` body or a model-local function are not, so a divergence there is
+named after the control-flow node or the function call.
+
+Everything here imports onnx, onnxruntime and torch lazily: the module
+imports in a numpy-only environment, where only the numpy functions and
+:func:`localize_cell` (which takes the onnxruntime module) are used.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.compare import compare, describe
+from harness.records import first_line
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+DEBUG_MODEL = "model.debug.onnx"
+NODES = "nodes.json"
+INTERMEDIATES = "intermediates.npz"
+LOCALIZATION = "localization.json"
+FILES = (DEBUG_MODEL, NODES, INTERMEDIATES, LOCALIZATION)
+"""What :func:`prepare` writes beside ``model.onnx``."""
+
+# TensorProto element types numpy (and so onnxruntime's Python API) can hold. Others (bfloat16,
+# float8, int4, ...) make InferenceSession.run fail for the whole call: they are never exposed.
+_NUMPY_ELEM_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15})
+_ORT_NUMPY_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        "float",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "int32",
+        "int64",
+        "bool",
+        "float16",
+        "double",
+        "uint32",
+        "uint64",
+        "complex64",
+        "complex128",
+    )
+)
+_FX_NODE = re.compile(r"^%(\S+) :")
+_NAMES = "__names__"
+
+
+class GuardFailure(Exception):
+    """The probe fails the exported program's input guards (e.g. a dim specialized at export)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Runtime side: the debug model and the reference values (onnx at export time, numpy after).
+
+
+def op_name(node: onnx.NodeProto) -> str:
+    """``op_type``, domain-qualified when the domain is not ai.onnx (``com.microsoft::FusedMatMul``)."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+
+
+def debug_model(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
+    """A copy of ``model`` in which every top-level node output is also a graph output.
+
+    The original outputs stay first and in order, so ``run(None, ...)[:n]`` are
+    the model's own outputs. New outputs get their type from ONNX shape
+    inference where it knows it, and none otherwise (onnxruntime 1.15 and
+    later infer it). Values of a type numpy cannot hold (bfloat16, float8,
+    int4, sequences, ...) are not exposed: onnxruntime's Python API would fail
+    the whole run. Nodes inside subgraphs (``If``/``Loop`` bodies) and
+    model-local functions are not looked into. The IR version, opsets and
+    functions are unchanged, so the copy loads wherever the original does.
+
+    Args:
+        model: The model as exported.
+        exclude: Value names not to expose (e.g. ones the runtime reports of a
+            non-numpy type).
+
+    Returns:
+        The copy, and its top-level nodes in graph order:
+        ``{"name": node name or "#<index>", "op": op type, "outputs": [...]}``
+        (plus ``"fx"``, the FX node a dynamo export made it from, when the
+        node says so). ``outputs`` lists every non-empty output name, exposed
+        or not.
+    """
+    import onnx
+
+    debug = onnx.ModelProto()
+    debug.CopyFrom(model)
+    graph = debug.graph
+    types: dict[str, onnx.TypeProto] = {}
+    try:  # types only: a model shape inference chokes on still gets its outputs, untyped
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        for vi in (*inferred.graph.value_info, *inferred.graph.output):
+            if vi.type.WhichOneof("value") is not None:
+                types[vi.name] = vi.type
+    except Exception:
+        pass
+    for vi in (*model.graph.value_info, *model.graph.output):
+        if vi.type.WhichOneof("value") is not None:
+            types.setdefault(vi.name, vi.type)
+    taken = {o.name for o in graph.output} | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    skip = set(exclude)
+    nodes: list[dict[str, Any]] = []
+    for index, node in enumerate(graph.node):
+        entry: dict[str, Any] = {"name": node.name or f"#{index}", "op": op_name(node), "outputs": [o for o in node.output if o]}
+        fx = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.fx_node"), None)
+        if fx and (m := _FX_NODE.match(fx)):
+            entry["fx"] = m.group(1)
+        nodes.append(entry)
+        for name in entry["outputs"]:
+            if name in taken or name in skip:
+                continue
+            taken.add(name)
+            vi = onnx.ValueInfoProto(name=name)
+            known = types.get(name)
+            if known is not None:
+                kind = known.WhichOneof("value")
+                if kind != "tensor_type" or known.tensor_type.elem_type not in _NUMPY_ELEM_TYPES:
+                    continue
+                vi.type.CopyFrom(known)
+            graph.output.append(vi)
+    return debug, nodes
+
+
+def unreadable_outputs(session: Any) -> list[str]:
+    """Outputs of an onnxruntime session that its Python API cannot return as numpy arrays."""
+    return [o.name for o in session.get_outputs() if o.type not in _ORT_NUMPY_TYPES]
+
+
+def run_values(session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run an onnxruntime session (of a debug model): value name → array, in the session's output order.
+
+    Only outputs numpy can hold are fetched (a bfloat16 or sequence output would
+    fail the whole ``run``): exposed values whose type ONNX shape inference
+    did not know are typed by the runtime, and skipped here if need be.
+    """
+    names = [o.name for o in session.get_outputs() if o.type in _ORT_NUMPY_TYPES]
+    outs = session.run(names, dict(feeds))
+    return {n: np.asarray(v) for n, v in zip(names, outs, strict=True) if isinstance(v, np.ndarray)}
+
+
+def save_intermediates(path: str | Path, values: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """Write ``{probe: {value name: array}}`` to one ``.npz``.
+
+    Value names are kept in an index per probe (``<probe>/__names__``) and the
+    arrays stored by position (``<probe>/<i>``), so any name (with ``/``,
+    ``:``, ``.``) round-trips. Arrays numpy cannot save without pickling
+    (strings, objects) are left out.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for probe, named in values.items():
+        if "/" in probe:
+            raise ValueError(f"probe name {probe!r} contains '/'")
+        kept = [(n, np.asarray(v)) for n, v in named.items() if np.asarray(v).dtype.kind not in "OUSV"]
+        arrays[f"{probe}/{_NAMES}"] = np.array([n for n, _ in kept], dtype=str)
+        for i, (_, v) in enumerate(kept):
+            arrays[f"{probe}/{i}"] = v
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(path)
+
+
+def load_intermediates(path: str | Path, probe: str) -> dict[str, np.ndarray]:
+    """One probe's values from :func:`save_intermediates`' file (empty when the probe is absent)."""
+    with np.load(path, allow_pickle=False) as data:
+        key = f"{probe}/{_NAMES}"
+        if key not in data.files:
+            return {}
+        names = [str(n) for n in data[key]]
+        return {n: data[f"{probe}/{i}"] for i, n in enumerate(names)}
+
+
+def _compare(refs: Sequence[np.ndarray], outs: Sequence[np.ndarray], *, atol: float, rtol: float) -> tuple[bool, Any]:
+    """:func:`harness.compare.compare`, with 0-d pairs made 1-d (it indexes its masks, which 0-d results are not)."""
+    pairs = [(np.asarray(r), np.asarray(o)) for r, o in zip(refs, outs, strict=False)]
+    refs = [r.reshape(1) if r.ndim == 0 and o.ndim == 0 else r for r, o in pairs] + list(refs[len(pairs) :])
+    outs = [o.reshape(1) if r.ndim == 0 and o.ndim == 0 else o for r, o in pairs] + list(outs[len(pairs) :])
+    return compare(refs, outs, atol=atol, rtol=rtol)
+
+
+def _compare_one(want: np.ndarray, got: np.ndarray, *, atol: float, rtol: float, loose_shape: bool = False) -> tuple[bool, str]:
+    """Compare one value with :func:`harness.compare.compare`; ``want`` plays torch's part."""
+    want, got = np.asarray(want), np.asarray(got)
+    if loose_shape and want.shape != got.shape and want.size == got.size and np.squeeze(want).shape == np.squeeze(got).shape:
+        got = got.reshape(want.shape)  # () vs (1,): the same value, kept as an ONNX 1-d tensor
+    if want.dtype.kind in "OUSV" or got.dtype.kind in "OUSV":  # strings: equal or not
+        same = want.shape == got.shape and want.dtype == got.dtype and bool(np.array_equal(want, got))
+        return same, "" if same else "values differ"
+    if want.dtype.kind == "c" and got.dtype.kind == "c":  # compare() works in float64: compare (real, imag) pairs
+        want, got = np.stack([want.real, want.imag], -1), np.stack([got.real, got.imag], -1)
+    ok, stats = _compare([want], [got], atol=atol, rtol=rtol)
+    return ok, describe(stats).replace("output 0: ", "")
+
+
+def first_divergence(
+    nodes: Sequence[Mapping[str, Any]],
+    got: Mapping[str, np.ndarray],
+    want: Mapping[str, np.ndarray],
+    *,
+    atol: float,
+    rtol: float,
+) -> dict[str, Any] | None:
+    """The first node, in graph order, one of whose outputs differs between ``got`` and ``want``.
+
+    Only outputs present in both are compared, with :func:`harness.compare.compare`'s
+    rules: ``|got - want| <= atol + rtol * |want|``, NaN must meet NaN, inf an
+    inf of the same sign, and a shape or dtype difference counts.
+
+    Args:
+        nodes: The debug model's nodes (:func:`debug_model`, ``nodes.json``).
+        got: Values from the runtime under test.
+        want: Values from the reference runtime.
+        atol: Absolute tolerance.
+        rtol: Relative tolerance.
+
+    Returns:
+        ``{"node", "op", "output", "index", "detail"}`` (``detail`` in
+        :func:`harness.compare.describe`'s words, with "reference" for its
+        "torch": ``"3/24 elements differ, NaN: reference 3, runtime 0"``),
+        plus ``"fx"`` when the node records its FX node; None when every
+        shared output agrees.
+    """
+    for index, node in enumerate(nodes):
+        for name in node["outputs"]:
+            if name not in got or name not in want:
+                continue
+            ok, detail = _compare_one(want[name], got[name], atol=atol, rtol=rtol)
+            if not ok:
+                detail = re.sub(r"\btorch\b", "reference", detail)  # describe() calls its reference side torch
+                found = {"node": node["name"], "op": node["op"], "output": name, "index": index, "detail": detail}
+                if "fx" in node:
+                    found["fx"] = node["fx"]
+                return found
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Torch side: the exported program, node by node.
+
+
+def fx_aliases(model: onnx.ModelProto) -> dict[str, str]:
+    """FX node name → ONNX name of the graph inputs and outputs a dynamo export renamed.
+
+    ``torch.onnx.export(..., input_names=, output_names=)`` renames graph
+    inputs and outputs after translation and records the FX name in the
+    value's ``pkg.torch.onnx.original_node_name`` metadata (IR 10).
+    """
+    aliases: dict[str, str] = {}
+    for vi in (*model.graph.input, *model.graph.output):
+        for prop in getattr(vi, "metadata_props", ()):
+            if prop.key == "pkg.torch.onnx.original_node_name" and prop.value != vi.name:
+                aliases[prop.value] = vi.name
+    return aliases
+
+
+def _tensor_to_numpy(value: torch.Tensor) -> np.ndarray | None:
+    import torch
+
+    value = value.detach().cpu()
+    if value.is_complex():  # the dynamo exporter represents complex tensors as [..., 2] floats
+        value = torch.view_as_real(value)
+    if value.dtype in (torch.bfloat16,) or (value.dtype.is_floating_point and value.element_size() == 1):
+        return None  # numpy has no such dtype, and the runtime cannot return one either
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _run_program(exported_program: Any, args: tuple[Any, ...]) -> tuple[dict[str, np.ndarray], dict[str, str], list[str]]:
+    """Run the program's module node by node: (values, targets, output value names)."""
+    import torch
+
+    values: dict[str, np.ndarray] = {}
+    targets: dict[str, str] = {}
+    outputs: list[str] = []
+
+    def keep(name: str, target: str, result: Any) -> None:
+        if isinstance(result, torch.Tensor):
+            arr = _tensor_to_numpy(result)
+            if arr is not None:
+                values[name] = arr
+                targets[name] = target
+        elif isinstance(result, (tuple, list)):  # a multi-output op: ONNX values <name>__<i>
+            for i, item in enumerate(result):
+                if isinstance(item, torch.Tensor):
+                    keep(f"{name}__{i}", target, item)
+
+    class Collector(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            if n.op == "call_module" and str(n.target).startswith("_guards_fn"):
+                try:
+                    return super().run_node(n)
+                except Exception as exc:
+                    raise GuardFailure(first_line(str(exc))) from exc
+            result = super().run_node(n)
+            if n.op == "call_function":
+                target = str(n.target)
+                src = n.args[0] if n.args else None
+                if n.target is operator.getitem and isinstance(src, torch.fx.Node) and len(n.args) > 1:
+                    target = f"{src.target}[{n.args[1]}]"  # the op whose output it is, not 'getitem'
+                keep(n.name, target, result)
+            elif n.op == "output":
+                flat = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
+                outputs.extend(a.name if isinstance(a, torch.fx.Node) else "" for a in flat)
+            return result
+
+    module = exported_program.module()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        try:
+            Collector(module).run(*args)
+        except GuardFailure:
+            raise
+        except Exception as exc:
+            if str(exc).startswith("Guard failed"):
+                raise GuardFailure(first_line(str(exc))) from exc
+            raise
+    return values, targets, outputs
+
+
+def torch_values(
+    exported_program: torch.export.ExportedProgram, args: tuple[Any, ...], aliases: Mapping[str, str] | None = None
+) -> dict[str, np.ndarray]:
+    """Every tensor value the exported program computes for ``args``, in FX order, by ONNX name.
+
+    A ``call_function`` node's value is named after the node; a tuple-valued
+    node's elements ``<node>__<i>``. ``aliases`` (:func:`fx_aliases`) adds
+    the renamed graph outputs under their ONNX names too.
+
+    Args:
+        exported_program: ``onnx_program.exported_program`` (the decomposed
+            program the ONNX graph was translated from).
+        args: The probe's inputs, positional, as the model takes them.
+        aliases: FX name → ONNX name.
+
+    Raises:
+        GuardFailure: The probe fails the program's input guards.
+    """
+    values, _, _ = _run_program(exported_program, args)
+    for fx, onnx_name in (aliases or {}).items():
+        if fx in values:
+            values[onnx_name] = values[fx]
+    return values
+
+
+def torch_divergence(
+    exported_program: torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    reference: Mapping[str, np.ndarray],
+    *,
+    atol: float,
+    rtol: float,
+    aliases: Mapping[str, str] | None = None,
+    eager: Sequence[np.ndarray] | None = None,
+) -> dict[str, Any] | None:
+    """The first FX value (in FX order) whose torch value differs from the reference runtime's.
+
+    Args:
+        exported_program: ``onnx_program.exported_program``.
+        args: The probe's inputs, positional.
+        reference: The reference runtime's values by ONNX name (one probe of
+            ``intermediates.npz``).
+        atol: Absolute tolerance.
+        rtol: Relative tolerance.
+        aliases: FX name → ONNX name of renamed graph inputs/outputs
+            (:func:`fx_aliases`). None: the program's outputs are matched by
+            position with the first entries of ``reference``, which holds when
+            it is in the debug model's output order (as :func:`run_values` and
+            :func:`load_intermediates` give it: the graph outputs first).
+        eager: torch's eager outputs for the probe (``reference.npz``). When
+            every shared value agrees, the program's own outputs are compared
+            with them: a difference there is torch.export's capture, not the
+            ONNX translation.
+
+    Returns:
+        ``{"value", "target", "detail"}`` (the ONNX value name, the FX node's
+        target, and the difference in :func:`harness.compare.describe`'s words,
+        torch's value as the reference), ``{"guard": message}`` when the probe
+        fails the program's input guards, ``{"error": message}`` when the
+        program raises on the probe, ``{"capture": detail}`` when the program
+        agrees with the graph but not with eager torch, or None.
+    """
+    try:
+        values, targets, outputs = _run_program(exported_program, args)
+    except GuardFailure as exc:
+        return {"guard": first_line(str(exc))}
+    except Exception as exc:
+        return {"error": f"the exported program fails on this probe: {type(exc).__name__}: {first_line(str(exc))}"}
+    if aliases is None:  # the graph outputs come first in the debug model's order
+        first = list(reference)[: len(outputs)]
+        aliases = {
+            fx: name for fx, name in zip(outputs, first, strict=False) if fx and fx not in reference and name not in values
+        }
+    alias = dict(aliases)
+    for fx, value in values.items():
+        name = fx if fx in reference else alias.get(fx, fx)
+        if name not in reference:
+            continue
+        ok, detail = _compare_one(value, reference[name], atol=atol, rtol=rtol, loose_shape=True)
+        if not ok:
+            found = {"value": name, "target": targets[fx], "detail": detail}
+            if name != fx:
+                found["fx"] = fx
+            return found
+    if eager is not None:
+        program_outs = [values.get(n) for n in outputs]
+        if all(v is not None for v in program_outs):
+            ok, stats = _compare(list(eager), program_outs, atol=atol, rtol=rtol)  # type: ignore[arg-type]
+            if not ok:
+                return {"capture": describe(stats).replace("torch", "eager").replace("runtime", "program")}
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The two stages.
+
+
+def reference_session(path: str | Path) -> Any:
+    """An onnxruntime CPU session with graph optimizations disabled, one thread: the reference."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # a failing probe is recorded, not printed
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def _reference_values(debug_path: str, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str) -> dict[str, Any]:
+    try:
+        sess = reference_session(debug_path)
+    except Exception as exc:
+        return {"problem": f"cannot load the debug model: {type(exc).__name__}: {first_line(str(exc))}"}
+    values: dict[str, dict[str, np.ndarray]] = {}
+    errors: dict[str, str] = {}
+    inputs = [i.name for i in sess.get_inputs()]
+    for probe, given in feeds.items():
+        try:
+            values[probe] = run_values(sess, {n: given[n] for n in inputs})
+        except Exception as exc:  # a probe the graph cannot run (a run-fail cell): no values for it
+            errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
+    save_intermediates(out_path, values)
+    return {"problem": None, "errors": errors}
+
+
+def run_reference(
+    debug_path: str | Path, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str | Path, timeout: float = 120.0
+) -> str | None:
+    """Export stage: the reference runtime's values of every exposed output, per probe, into ``out_path``.
+
+    Runs in a forked child (``os.fork``: export workers are daemonic, which
+    ``multiprocessing`` forbids children of), so an onnxruntime that crashes or
+    hangs on this model costs the localization, not the export. A probe the
+    reference cannot run gets no values (:func:`load_intermediates` returns
+    ``{}`` for it).
+
+    Args:
+        debug_path: ``model.debug.onnx``.
+        feeds: Probe → graph input name → array (extra names are ignored).
+        out_path: Where to write ``intermediates.npz``.
+        timeout: Seconds before the child is killed.
+
+    Returns:
+        None when the values were written; otherwise why not, in one line.
+    """
+    import os
+    import select
+    import signal
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(read)
+            result = _reference_values(str(debug_path), feeds, str(out_path))
+            os.write(write, json.dumps(result).encode())
+        except BaseException as exc:
+            os.write(write, json.dumps({"problem": f"{type(exc).__name__}: {first_line(str(exc))}"}).encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                timed_out = True
+                break
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return f"the reference runtime timed out after {timeout:g} s"
+    if os.WIFSIGNALED(status):
+        return f"the reference runtime crashed ({signal.Signals(os.WTERMSIG(status)).name})"
+    try:
+        problem = json.loads(b"".join(chunks).decode())["problem"]
+    except (ValueError, KeyError):
+        return f"the reference runtime exited with status {os.waitstatus_to_exitcode(status)} and no result"
+    return str(problem) if problem else None
+
+
+def first_output_mismatch(
+    nodes: Sequence[Mapping[str, Any]],
+    outputs: Sequence[str],
+    got: Sequence[np.ndarray],
+    want: Sequence[np.ndarray],
+    *,
+    atol: float,
+    rtol: float,
+) -> str | None:
+    """The first graph output that differs from torch's, and the node that computes it, in one line.
+
+    The graph side when nothing finer is known (TorchScript exports): the
+    reference runtime's own output differs from torch's.
+
+    Args:
+        nodes: :func:`debug_model`'s node list.
+        outputs: The graph's output names, in order.
+        got: The reference runtime's outputs, in that order.
+        want: torch's outputs.
+        atol: Absolute tolerance.
+        rtol: Relative tolerance.
+
+    Returns:
+        ``"output out0 of node /Max (Max): 3/24 elements differ, ..."``, or None when all agree.
+    """
+    if len(got) != len(want):
+        return f"the graph has {len(got)} outputs, torch {len(want)}"
+    producers = {o: f"{n['name']} ({n['op']})" for n in nodes for o in n["outputs"]}
+    for name, out, ref in zip(outputs, got, want, strict=False):
+        ok, detail = _compare_one(ref, out, atol=atol, rtol=rtol)
+        if not ok:
+            node = f" of node {producers[name]}" if name in producers else ""
+            return f"output {name}{node}: {detail}"
+    return None
+
+
+def describe_torch(found: Mapping[str, Any] | None) -> str:
+    """One line for :func:`torch_divergence`'s result: where the graph parts from torch."""
+    if not found:
+        return ""
+    if "guard" in found:
+        return f"the probe breaks the export's guards: {found['guard']}"
+    if "value" in found:
+        name = f"{found['fx']} ({found['value']})" if found.get("fx") else found["value"]
+        return f"the graph differs from torch from FX value {name} = {found['target']}: {found['detail']}"
+    if "capture" in found:
+        return f"torch.export's program already differs from eager torch: {found['capture']}"
+    return str(found.get("error", ""))
+
+
+def _feeds(ref: Any, probe: str) -> dict[str, np.ndarray]:
+    prefix = f"{probe}/in/"
+    return {k[len(prefix) :]: ref[k] for k in ref.files if k.startswith(prefix)}
+
+
+def _torch_outputs(ref: Any, probe: str) -> list[np.ndarray]:
+    prefix = f"{probe}/out/"
+    keys = sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k.rsplit("/", 1)[1]))
+    return [ref[k] for k in keys]
+
+
+def prepare(
+    art_dir: str | Path,
+    probes: Mapping[str, Mapping[str, Any]],
+    *,
+    atol: float,
+    rtol: float,
+    exported_program: Any = None,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Export stage, all of it: ``model.debug.onnx``, ``nodes.json``, ``intermediates.npz``, ``localization.json``.
+
+    Needs onnx and onnxruntime (the reference) and, for the torch side, torch.
+    The reference runs in a forked child (:func:`run_reference`); the plain
+    model is then run once per probe on the reference too, in this process, to
+    tell whether the graph itself differs from torch and whether exposing
+    every value changed the result (``"unfaithful"``: fp16 chains that
+    onnxruntime otherwise runs in float32 between merged Casts).
+
+    Args:
+        art_dir: The artifact folder (``model.onnx`` and ``reference.npz`` written).
+        probes: Probe name → the probe's inputs as the model takes them (tensors
+            and Python scalars); probes torch could not run (no outputs in
+            ``reference.npz``) are skipped.
+        atol: The case's absolute tolerance.
+        rtol: The case's relative tolerance.
+        exported_program: ``onnx_program.exported_program`` of a dynamo export;
+            None for TorchScript (no torch-side localization).
+        timeout: Seconds the reference runtime may take.
+
+    Returns:
+        What ``localization.json`` holds: ``{"error": None or why there are no
+        values, "exposed": n, "probes": {probe: {"reference": "ok" or how it
+        differs from torch, "where": the first differing output (graph side),
+        "torch": torch_divergence(...), "unfaithful": ..., "error": ...}},
+        "seconds": {...}}``.
+    """
+    import onnx
+
+    art = Path(art_dir)
+    t0 = time.perf_counter()
+    model = onnx.load(str(art / "model.onnx"))
+    outputs = [o.name for o in model.graph.output]
+    debug, nodes = debug_model(model)
+    onnx.save(debug, str(art / DEBUG_MODEL))
+    (art / NODES).write_text(json.dumps(nodes, indent=1) + "\n", encoding="utf-8")
+    t1 = time.perf_counter()
+    summary: dict[str, dict[str, Any]] = {}
+    info: dict[str, Any] = {"error": None, "exposed": len(debug.graph.output) - len(outputs), "probes": summary}
+    t_torch = 0.0
+    with np.load(art / "reference.npz") as ref:
+        ran = [p for p in probes if _torch_outputs(ref, p)]
+        feeds = {p: _feeds(ref, p) for p in ran}
+        eager = {p: _torch_outputs(ref, p) for p in ran}
+    info["error"] = run_reference(art / DEBUG_MODEL, feeds, art / INTERMEDIATES, timeout)
+    plain: Any = None
+    if info["error"] is None:
+        try:
+            plain = reference_session(art / "model.onnx")
+        except Exception as exc:
+            info["error"] = f"the reference runtime cannot load the model: {type(exc).__name__}: {first_line(str(exc))}"
+    aliases = fx_aliases(model)
+    for probe in ran if plain is not None else ():
+        entry: dict[str, Any] = {}
+        summary[probe] = entry
+        values = load_intermediates(art / INTERMEDIATES, probe)
+        if not values:
+            entry["error"] = "the reference runtime cannot run this probe"
+            continue
+        try:
+            outs = plain.run(None, {i.name: feeds[probe][i.name] for i in plain.get_inputs()})
+        except Exception as exc:
+            entry["error"] = f"the reference runtime cannot run the plain model: {type(exc).__name__}: {first_line(str(exc))}"
+            continue
+        ok, stats = _compare(eager[probe], outs, atol=atol, rtol=rtol)
+        entry["reference"] = "ok" if ok else describe(stats)
+        same, diff = _compare(outs, [values[o] for o in outputs if o in values], atol=atol, rtol=rtol)
+        if not same:  # exposing the values changed the result
+            entry["unfaithful"] = describe(diff).replace("torch", "model").replace("runtime", "debug model")
+        if ok:
+            continue
+        entry["where"] = first_output_mismatch(nodes, outputs, outs, eager[probe], atol=atol, rtol=rtol)
+        if exported_program is not None:
+            t = time.perf_counter()
+            entry["torch"] = torch_divergence(
+                exported_program, tuple(probes[probe].values()), values, atol=atol, rtol=rtol, aliases=aliases, eager=eager[probe]
+            )
+            t_torch += time.perf_counter() - t
+    info["seconds"] = {
+        "debug_model": round(t1 - t0, 4),
+        "reference": round(time.perf_counter() - t1 - t_torch, 4),
+        "torch": round(t_torch, 4),
+    }
+    # Timings stay out of the file: it is hashed into the artifact's digest, which must not change when
+    # the same model is exported again.
+    (art / LOCALIZATION).write_text(
+        json.dumps({k: v for k, v in info.items() if k != "seconds"}, indent=1, default=str) + "\n", encoding="utf-8"
+    )
+    return info
+
+
+def localize_cell(
+    ort: Any,
+    art_dir: str | Path,
+    probe: str,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    atol: float,
+    rtol: float,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Run stage: where does a mismatching cell start? numpy and the given onnxruntime module only.
+
+    Runs ``model.debug.onnx`` on ``ort`` (default graph optimizations, as the
+    cell ran) and compares it node by node with the reference runtime's values.
+
+    Args:
+        ort: The ``onnxruntime`` module of this environment.
+        art_dir: The artifact folder (with :func:`prepare`'s files).
+        probe: The mismatching probe.
+        feeds: The probe's graph inputs.
+        atol: The case's absolute tolerance.
+        rtol: The case's relative tolerance.
+        providers: Execution providers, as the cell used them.
+        threads: Intra-op threads.
+
+    Returns:
+        A dict :func:`describe_localization` turns into one line, with any of:
+        ``"runtime"`` (:func:`first_divergence`'s result: the first node whose
+        output differs from the reference runtime's); ``"graph"`` (the
+        reference runtime disagrees with torch as well, so the graph is wrong:
+        the first differing output) and ``"torch"`` (:func:`torch_divergence`'s
+        result from export time, dynamo only); ``"across_nodes"`` (the mismatch
+        goes away once every value is exposed: not one node's doing);
+        ``"error"`` (it could not run).
+    """
+    art = Path(art_dir)
+    if not (art / NODES).exists() or not (art / DEBUG_MODEL).exists():
+        return {"error": "no debug model for this artifact"}
+    nodes = json.loads((art / NODES).read_text(encoding="utf-8"))
+    meta = json.loads((art / LOCALIZATION).read_text(encoding="utf-8")) if (art / LOCALIZATION).exists() else {}
+    export_side = meta.get("probes", {}).get(probe, {})
+    out: dict[str, Any] = {}
+    if export_side.get("reference", "ok") != "ok":
+        out["graph"] = export_side.get("where") or export_side["reference"]
+        if export_side.get("torch") is not None:
+            out["torch"] = export_side["torch"]
+    want = load_intermediates(art / INTERMEDIATES, probe) if (art / INTERMEDIATES).exists() else {}
+    if not want:
+        out["error"] = export_side.get("error") or meta.get("error") or f"no reference values for probe {probe!r}"
+        return out
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(str(art / DEBUG_MODEL), sess_options=so, providers=list(providers))
+        got = run_values(sess, feeds)
+    except Exception as exc:
+        out["error"] = f"debug model: {type(exc).__name__}: {first_line(str(exc))}"
+        return out
+    found = first_divergence(nodes, got, want, atol=atol, rtol=rtol)
+    if found is not None:
+        out["runtime"] = found
+    reproduced = True
+    if (art / "reference.npz").exists():
+        with np.load(art / "reference.npz") as ref:
+            eager = _torch_outputs(ref, probe)
+        finals = list(got.values())[: len(eager)]  # the graph outputs come first
+        if eager and len(finals) == len(eager):
+            reproduced = not _compare(eager, finals, atol=atol, rtol=rtol)[0]
+    if not reproduced or export_side.get("unfaithful") or (found is None and "graph" not in out):
+        # The values disagree with torch only while they stay inside the runtime: exposing them changed the result.
+        out["across_nodes"] = export_side.get("unfaithful") or "the debug model does not reproduce the mismatch"
+    return out
+
+
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def describe_localization(loc: Mapping[str, Any] | None) -> str:
+    """One line for a table: where a mismatch starts (:func:`localize_cell`'s result)."""
+    if not loc:
+        return ""
+    parts = []
+    if "runtime" in loc:
+        r = loc["runtime"]
+        fx = f" (FX {r['fx']})" if r.get("fx") else ""
+        inside = ", inside its subgraph" if r["op"] in _SUBGRAPH_OPS else ""
+        parts.append(f"starts at node {r['node']} ({r['op']}){fx}{inside}, output {r['output']!r}: {r['detail']}")
+    if "across_nodes" in loc:
+        parts.append(
+            "no single node: the mismatch goes away once every value is a graph output, so it comes from how the runtime "
+            "computes across nodes (fp16 ops run in float32 between merged Casts, or a fusion)"
+        )
+    elif "graph" in loc:
+        parts.append(describe_torch(loc.get("torch")) or f"the graph itself differs from torch: {loc['graph']}")
+    if "error" in loc:
+        parts.append(str(loc["error"]))
+    return "; ".join(p for p in parts if p)
