@@ -64,6 +64,7 @@ import numpy as np
 
 from harness.compare import compare, describe
 from harness.records import first_line
+from harness.workers import die_with_parent
 
 if TYPE_CHECKING:
     import onnx
@@ -228,25 +229,12 @@ def load_intermediates(path: str | Path, probe: str) -> dict[str, np.ndarray]:
         return {n: data[f"{probe}/{i}"] for i, n in enumerate(names)}
 
 
-def _compare(refs: Sequence[np.ndarray], outs: Sequence[np.ndarray], *, atol: float, rtol: float) -> tuple[bool, Any]:
-    """:func:`harness.compare.compare`, with 0-d pairs made 1-d (it indexes its masks, which 0-d results are not)."""
-    pairs = [(np.asarray(r), np.asarray(o)) for r, o in zip(refs, outs, strict=False)]
-    refs = [r.reshape(1) if r.ndim == 0 and o.ndim == 0 else r for r, o in pairs] + list(refs[len(pairs) :])
-    outs = [o.reshape(1) if r.ndim == 0 and o.ndim == 0 else o for r, o in pairs] + list(outs[len(pairs) :])
-    return compare(refs, outs, atol=atol, rtol=rtol)
-
-
 def _compare_one(want: np.ndarray, got: np.ndarray, *, atol: float, rtol: float, loose_shape: bool = False) -> tuple[bool, str]:
     """Compare one value with :func:`harness.compare.compare`; ``want`` plays torch's part."""
     want, got = np.asarray(want), np.asarray(got)
     if loose_shape and want.shape != got.shape and want.size == got.size and np.squeeze(want).shape == np.squeeze(got).shape:
         got = got.reshape(want.shape)  # () vs (1,): the same value, kept as an ONNX 1-d tensor
-    if want.dtype.kind in "OUSV" or got.dtype.kind in "OUSV":  # strings: equal or not
-        same = want.shape == got.shape and want.dtype == got.dtype and bool(np.array_equal(want, got))
-        return same, "" if same else "values differ"
-    if want.dtype.kind == "c" and got.dtype.kind == "c":  # compare() works in float64: compare (real, imag) pairs
-        want, got = np.stack([want.real, want.imag], -1), np.stack([got.real, got.imag], -1)
-    ok, stats = _compare([want], [got], atol=atol, rtol=rtol)
+    ok, stats = compare([want], [got], atol=atol, rtol=rtol)
     return ok, describe(stats).replace("output 0: ", "")
 
 
@@ -464,7 +452,7 @@ def torch_divergence(
     if eager is not None:
         program_outs = [values.get(n) for n in outputs]
         if all(v is not None for v in program_outs):
-            ok, stats = _compare(list(eager), program_outs, atol=atol, rtol=rtol)  # type: ignore[arg-type]
+            ok, stats = compare(list(eager), program_outs, atol=atol, rtol=rtol)  # type: ignore[arg-type]
             if not ok:
                 return {"capture": describe(stats).replace("torch", "eager").replace("runtime", "program")}
     return None
@@ -487,7 +475,9 @@ def reference_session(path: str | Path) -> Any:
     return onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def _reference_values(debug_path: str, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str) -> dict[str, Any]:
+def _reference_values(
+    debug_path: str, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str, plain: tuple[str, str] | None
+) -> dict[str, Any]:
     try:
         sess = reference_session(debug_path)
     except Exception as exc:
@@ -501,11 +491,29 @@ def _reference_values(debug_path: str, feeds: Mapping[str, Mapping[str, np.ndarr
         except Exception as exc:  # a probe the graph cannot run (a run-fail cell): no values for it
             errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
     save_intermediates(out_path, values)
+    if plain is not None:  # the model as it is, on the same reference: does exposing every value change it?
+        model_path, plain_out = plain
+        try:
+            psess = reference_session(model_path)
+        except Exception as exc:
+            return {"problem": f"cannot load the model: {type(exc).__name__}: {first_line(str(exc))}"}
+        names = [o.name for o in psess.get_outputs()]
+        outs: dict[str, dict[str, np.ndarray]] = {}
+        for probe, given in feeds.items():
+            try:
+                outs[probe] = dict(zip(names, psess.run(None, {i.name: given[i.name] for i in psess.get_inputs()}), strict=True))
+            except Exception as exc:
+                errors.setdefault(probe, f"{type(exc).__name__}: {first_line(str(exc))}")
+        save_intermediates(plain_out, outs)
     return {"problem": None, "errors": errors}
 
 
 def run_reference(
-    debug_path: str | Path, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str | Path, timeout: float = 120.0
+    debug_path: str | Path,
+    feeds: Mapping[str, Mapping[str, np.ndarray]],
+    out_path: str | Path,
+    timeout: float = 120.0,
+    plain: tuple[str | Path, str | Path] | None = None,
 ) -> str | None:
     """Export stage: the reference runtime's values of every exposed output, per probe, into ``out_path``.
 
@@ -520,6 +528,8 @@ def run_reference(
         feeds: Probe → graph input name → array (extra names are ignored).
         out_path: Where to write ``intermediates.npz``.
         timeout: Seconds before the child is killed.
+        plain: ``(model.onnx, where to write its outputs)``: the plain model's outputs per probe on the
+            same reference, in the same child (saved like the intermediates).
 
     Returns:
         None when the values were written; otherwise why not, in one line.
@@ -529,12 +539,15 @@ def run_reference(
     import signal
 
     read, write = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's code
         code = 0
         try:
             os.close(read)
-            result = _reference_values(str(debug_path), feeds, str(out_path))
+            die_with_parent(parent)  # a killed export must not leave the runtime spinning
+            paths = (str(plain[0]), str(plain[1])) if plain is not None else None
+            result = _reference_values(str(debug_path), feeds, str(out_path), paths)
             os.write(write, json.dumps(result).encode())
         except BaseException as exc:
             os.write(write, json.dumps({"problem": f"{type(exc).__name__}: {first_line(str(exc))}"}).encode())
@@ -644,10 +657,9 @@ def prepare(
     """Export stage, all of it: ``model.debug.onnx``, ``nodes.json``, ``intermediates.npz``, ``localization.json``.
 
     Needs onnx and onnxruntime (the reference) and, for the torch side, torch.
-    The reference runs in a forked child (:func:`run_reference`); the plain
-    model is then run once per probe on the reference too, in this process, to
-    tell whether the graph itself differs from torch and whether exposing
-    every value changed the result (``"unfaithful"``: fp16 chains that
+    The reference runs in a forked child (:func:`run_reference`), which also
+    runs the plain model once per probe, to tell whether the graph itself
+    differs from torch and whether exposing every value changed the result (``"unfaithful"``: fp16 chains that
     onnxruntime otherwise runs in float32 between merged Casts).
 
     Args:
@@ -685,29 +697,21 @@ def prepare(
         ran = [p for p in probes if _torch_outputs(ref, p)]
         feeds = {p: _feeds(ref, p) for p in ran}
         eager = {p: _torch_outputs(ref, p) for p in ran}
-    info["error"] = run_reference(art / DEBUG_MODEL, feeds, art / INTERMEDIATES, timeout)
-    plain: Any = None
-    if info["error"] is None:
-        try:
-            plain = reference_session(art / "model.onnx")
-        except Exception as exc:
-            info["error"] = f"the reference runtime cannot load the model: {type(exc).__name__}: {first_line(str(exc))}"
+    plain_out = art / ".plain-outputs.npz"  # the plain model's outputs on the reference: read once, then removed
+    info["error"] = run_reference(art / DEBUG_MODEL, feeds, art / INTERMEDIATES, timeout, plain=(art / "model.onnx", plain_out))
     aliases = fx_aliases(model)
-    for probe in ran if plain is not None else ():
+    for probe in ran if info["error"] is None else ():
         entry: dict[str, Any] = {}
         summary[probe] = entry
         values = load_intermediates(art / INTERMEDIATES, probe)
-        if not values:
+        plain = load_intermediates(plain_out, probe)
+        if not values or not plain:
             entry["error"] = "the reference runtime cannot run this probe"
             continue
-        try:
-            outs = plain.run(None, {i.name: feeds[probe][i.name] for i in plain.get_inputs()})
-        except Exception as exc:
-            entry["error"] = f"the reference runtime cannot run the plain model: {type(exc).__name__}: {first_line(str(exc))}"
-            continue
-        ok, stats = _compare(eager[probe], outs, atol=atol, rtol=rtol)
+        outs = [plain[o] for o in outputs]
+        ok, stats = compare(eager[probe], outs, atol=atol, rtol=rtol)
         entry["reference"] = "ok" if ok else describe(stats)
-        same, diff = _compare(outs, [values[o] for o in outputs if o in values], atol=atol, rtol=rtol)
+        same, diff = compare(outs, [values[o] for o in outputs if o in values], atol=atol, rtol=rtol)
         if not same:  # exposing the values changed the result
             entry["unfaithful"] = describe(diff).replace("torch", "model").replace("runtime", "debug model")
         if ok:
@@ -719,6 +723,7 @@ def prepare(
                 exported_program, tuple(probes[probe].values()), values, atol=atol, rtol=rtol, aliases=aliases, eager=eager[probe]
             )
             t_torch += time.perf_counter() - t
+    plain_out.unlink(missing_ok=True)
     info["seconds"] = {
         "debug_model": round(t1 - t0, 4),
         "reference": round(time.perf_counter() - t1 - t_torch, 4),
@@ -802,7 +807,7 @@ def localize_cell(
             eager = _torch_outputs(ref, probe)
         finals = list(got.values())[: len(eager)]  # the graph outputs come first
         if eager and len(finals) == len(eager):
-            reproduced = not _compare(eager, finals, atol=atol, rtol=rtol)[0]
+            reproduced = not compare(eager, finals, atol=atol, rtol=rtol)[0]
     if not reproduced or export_side.get("unfaithful") or (found is None and "graph" not in out):
         # The values disagree with torch only while they stay inside the runtime: exposing them changed the result.
         out["across_nodes"] = export_side.get("unfaithful") or "the debug model does not reproduce the mismatch"

@@ -160,10 +160,15 @@ def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
 
 # Depend on this machine, not on the artifact: never reused by a rerun.
 _NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE)
+_CUT_SHORT = "localizing this mismatch was cut short"
 
 
 def _reusable(old: CellRecord | None, rec: ExportRecord) -> bool:
-    return old is not None and old.inputs == rec.digest and old.status not in _NOT_REUSED
+    """A finished cell of the same artifact digest, decided by the artifact: not a harness bug, and
+    not a mismatch whose localization a killed run left undone (or a fault cut short)."""
+    if old is None or old.inputs != rec.digest or old.status in _NOT_REUSED or old.error_class == "HarnessError":
+        return False
+    return old.status is not Status.MISMATCH or (old.optimizer is not None and _CUT_SHORT not in (old.note or ""))
 
 
 def run_runtime(
@@ -260,7 +265,7 @@ def run_runtime(
             if latency:
                 for cell in _latency_phase(matrix, out, provider, cells, runtime, echo):
                     cells[cell.key] = cell
-                    appender.add([cell])
+                    appender.add([cell])  # as it arrives: a kill loses no timing already taken
         finally:
             appender.close()
         write_shard(path, cells.values())
@@ -284,7 +289,11 @@ class _Progress:
 
 
 def _correctness(
-    matrix: Matrix, tasks: list[dict[str, Any]], records: Mapping[str, ExportRecord], log: Path
+    matrix: Matrix,
+    tasks: list[dict[str, Any]],
+    records: Mapping[str, ExportRecord],
+    log: Path,
+    backend: str = "harness.backends.onnxruntime:run_artifact",
 ) -> Iterator[CellRecord]:
     """Run the tasks in worker processes; yield each cell as it arrives.
 
@@ -300,7 +309,7 @@ def _correctness(
         progress = {id(t): _Progress(list(t["probes"])) for t in tasks}
         again: list[dict[str, Any]] = []
         for outcome in run_tasks(
-            "harness.backends.onnxruntime:run_artifact",
+            backend,
             tasks,
             workers=matrix.run.worker_count,
             timeout=matrix.run.timeout,
@@ -349,9 +358,11 @@ def _charge(
         else:
             line = full = f"harness error: the backend returned without cells for {', '.join(left)}"
         return rec.each_probe(base, left, status=status, error_class="HarnessError", error_line=line, error=full), []
+    if not left:  # every cell is in: the worker died on its way out (a provider's teardown, say)
+        return [], []
     if state.localizing is not None:  # the cell is in; only its localization is lost
         cell = cells[base.replace(probe=state.localizing).key]
-        note = f"localizing this mismatch was cut short: {line}"
+        note = f"{_CUT_SHORT}: {line}"
         fixed = cell.replace(note=f"{cell.note}; {note}" if cell.note else note)
         return [fixed], left
     error_class = outcome.kind.capitalize()
@@ -366,14 +377,15 @@ def _charge(
 
 def _latency_phase(
     matrix: Matrix, out: Path, provider: str, cells: dict[str, CellRecord], runtime: Runtime, echo: Callable[[str], Any]
-) -> list[CellRecord]:
-    """Serial timing of the ``example`` probe of every passing artifact that has none yet."""
+) -> Iterator[CellRecord]:
+    """Serial timing of the ``example`` probe of every passing artifact that has none yet; each timed
+    cell is yielded as soon as it is measured."""
     todo = {c.artifact.id: c for c in cells.values() if c.probe == "example" and c.status is Status.PASS and c.latency is None}
     if not todo:
-        return []
+        return
     lat = dataclasses.asdict(matrix.latency)
     tasks = [{"dir": str(out / "artifacts" / art_id), "provider": provider, "latency": lat} for art_id in todo]
-    timed = []
+    timed = 0
     t0 = time.perf_counter()
     for outcome in run_tasks(
         "harness.backends.onnxruntime:measure_latency",
@@ -385,6 +397,6 @@ def _latency_phase(
     ):
         if outcome.kind == "ok":
             art_id = Path(outcome.task["dir"]).name
-            timed.append(todo[art_id].replace(latency=Latency.from_dict(outcome.value), stage=Stage.LATENCY))
-    echo(f"  latency: {len(timed)} artifacts in {time.perf_counter() - t0:.1f}s (serial, {lat['threads']} thread)")
-    return timed
+            timed += 1
+            yield todo[art_id].replace(latency=Latency.from_dict(outcome.value), stage=Stage.LATENCY)
+    echo(f"  latency: {timed} artifacts in {time.perf_counter() - t0:.1f}s (serial, {lat['threads']} thread)")

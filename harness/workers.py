@@ -61,15 +61,19 @@ def _resolve(ref: str) -> Callable[..., Any]:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when its parent dies, even by SIGKILL, so a killed run
-    leaves no worker spinning in a hung kernel behind it."""
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: the kernel kills this process when its parent dies, even by SIGKILL, so a killed run
+    leaves no worker spinning in a hung kernel behind it. A fork does not inherit it: call it in
+    every child, with ``parent`` the pid the child was forked from (taken before the fork), to exit
+    at once if that parent is already gone."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def _worker_main(conn: Connection, init: str | None, initargs: tuple[Any, ...], log: str | None) -> None:
-    _die_with_parent()
+    die_with_parent()
     if log:  # native libraries print to fd 1/2; keep the parent's terminal clean
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -151,6 +155,8 @@ def run_tasks(
     imported ``preload``.
     """
     queue = deque(tasks)
+    if not queue:
+        return
     ctx: Any = _SPAWN
     if fresh:
         ctx = _FORKSERVER

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.records import ExportRecord, Stage
 
 
 def act(task: str) -> int:
@@ -45,3 +50,14 @@ def report_pid(path: str) -> None:
         f.write(str(os.getpid()))
     os.replace(path + ".tmp", path)
     time.sleep(600)
+
+
+def cells_then_die(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A backend that streams a pass for every probe of its artifact, then dies on its way out (as a
+    provider's teardown can)."""
+    rec = ExportRecord.from_dict(json.loads((Path(task["dir"]) / "export.json").read_text()))
+    yield {"event": "loaded"}
+    base = rec.cell(task["runtime"], task["provider"], task["env"], stage=Stage.COMPARE)
+    for cell in rec.each_probe(base, task["probes"]):
+        yield {"cell": cell.to_dict()}
+    os.kill(os.getpid(), signal.SIGSEGV)

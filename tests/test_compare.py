@@ -91,3 +91,14 @@ def test_scalar_outputs_compare_as_one_element() -> None:
     assert ok and stats.total == 1
     ok, stats = compare([np.array(np.nan)], [np.array(2.0)], atol=1, rtol=0)
     assert not ok and stats.mismatched == 1 and stats.nan_ref == 1
+
+
+def test_complex_outputs_compare_both_parts() -> None:
+    ref = np.array([1 + 1j, 2 - 1j], np.complex64)
+    ok, stats = compare([ref], [ref.real.astype(np.complex64)], atol=1e-4, rtol=0)  # imaginary parts lost
+    assert not ok and stats.mismatched == 2 and stats.total == 4
+
+
+def test_string_outputs_are_equal_or_not() -> None:
+    ok, stats = compare([np.array(["a", "b"])], [np.array(["a", "c"])], atol=1, rtol=1)
+    assert not ok and (stats.mismatched, stats.total) == (1, 2)

@@ -23,8 +23,8 @@ import onnxruntime
 from harness.export import sha256
 from harness.localize import save_intermediates
 from harness.matrix import Matrix, load
-from harness.records import CellRecord, Stage, Status
-from harness.run import read_shard, run_runtime, shard_path
+from harness.records import CellRecord, ExportRecord, Stage, Status
+from harness.run import _correctness, _reusable, load_artifacts, read_shard, run_runtime, shard_path
 from tests.artifacts import div_folded, fault_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,3 +173,46 @@ def test_a_fault_while_localizing_costs_only_the_localization(tmp_path: Path) ->
     assert example.note == "localizing this mismatch was cut short: worker killed by SIGFPE"
     assert cells[("div_int_min", "boom")].status is Status.CRASH
     assert cells[("div_int_min", "after")].status is Status.PASS
+
+
+def test_a_worker_that_dies_after_its_last_cell_costs_nothing(tmp_path: Path) -> None:
+    """Every cell is in when the worker dies on its way out: the cells stand, nothing is charged."""
+    matrix = _matrix(tmp_path)
+    out = tmp_path / "build"
+    fault_corpus(out, only=["add_one", "div_int_min"])
+    records = {r.key.id: r for r in load_artifacts(out)}
+    tasks = [
+        {
+            "dir": str(out / "artifacts" / art),
+            "provider": "cpu",
+            "runtime": "onnxruntime==1.32.0",
+            "env": {},
+            "probes": list(r.probes),
+        }
+        for art, r in records.items()
+    ]
+    cells = list(_correctness(matrix, tasks, records, tmp_path / "log", backend="tests.faults:cells_then_die"))
+    assert sorted((c.case, c.probe) for c in cells) == [
+        ("add_one", "example"),
+        ("add_one", "second"),
+        ("div_int_min", "after"),
+        ("div_int_min", "boom"),
+        ("div_int_min", "example"),
+    ]
+    assert {c.status for c in cells} == {Status.PASS}
+
+
+def _mismatch(**changes: object) -> tuple[CellRecord, ExportRecord]:
+    rec = ExportRecord("c", "dynamo", 18, ok=True, seconds=0, probes=("example",), sha256="m", reference_sha256="r")
+    cell = rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=Status.MISMATCH, stage=Stage.COMPARE)
+    return cell.replace(**changes), rec
+
+
+def test_resume_redoes_a_mismatch_whose_localization_a_killed_run_left_undone() -> None:
+    done, rec = _mismatch(localization="starts at node /Max (Max)", optimizer=False)
+    assert _reusable(done, rec)
+    assert not _reusable(done.replace(optimizer=None), rec)  # streamed, then the run was killed while localizing
+    assert not _reusable(done.replace(note="localizing this mismatch was cut short: no result after 3 s"), rec)
+    assert not _reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), rec)  # a harness bug, since fixed
+    assert not _reusable(done.replace(inputs="another digest"), rec)
+    assert _reusable(done.replace(status=Status.CRASH, error_class="Crash"), rec)  # a real fault of this artifact stands

@@ -30,7 +30,7 @@ import numpy as np
 from harness import localize
 from harness.compare import compare, describe
 from harness.matrix import PROVIDERS
-from harness.records import CellRecord, ExportRecord, Latency, Stage, Status
+from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
 
 _ORT: Any = None
 _CPU = PROVIDERS["cpu"]
@@ -168,9 +168,13 @@ def _nvidia_driver_problem() -> str | None:
     return None
 
 
-# A session-creation error that says the provider's libraries or device failed: the provider is
-# unavailable here, not the model refused (onnxruntime falls back to the CPU only once).
-_PROVIDER_FAILURE = re.compile(r"CUDA failure|CUDNN failure|CUBLAS failure|TensorRT EP|Failed to load library|cudaSetDevice")
+# A session-creation error that says the provider's libraries, driver or device failed: the provider is
+# unavailable here, not the model refused (onnxruntime falls back to the CPU only once). A provider's
+# refusal of the model itself (TensorRT cannot build an engine) stays a load-fail.
+_PROVIDER_FAILURE = re.compile(
+    r"Failed to load library|cudaSetDevice|CUDA driver version is insufficient|no CUDA-capable device|"
+    r"CUDA failure (?:35|100)\b"
+)
 
 
 def _session(path: Path, provider: str, threads: int, *, optimize: bool = True, profile: str | None = None) -> Any:
@@ -311,7 +315,12 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             )
             yield {"cell": cell.to_dict()}
             yield {"event": "localizing", "probe": probe}
-            yield {"cell": _localize(art, rec, cell, feeds, want, task["threads"]).to_dict()}
+            try:
+                cell = _localize(art, rec, cell, feeds, want, task["threads"])
+            except Exception as exc:  # a harness bug here costs the localization, never the probes after it
+                note = f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}"
+                cell = cell.replace(note=f"{cell.note}; {note}" if cell.note else note)
+            yield {"cell": cell.to_dict()}
 
 
 def _nodes(art: Path) -> list[dict[str, Any]]:
@@ -399,6 +408,9 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     sess = _session(art / "model.onnx", task["provider"], lat["threads"])
     session_ms = (time.perf_counter() - t0) * 1e3
+    ep = PROVIDERS[task["provider"]]
+    if ep not in sess.get_providers():  # never time a fallback as the provider's latency
+        raise RuntimeError(f"{ep} was requested but the session fell back to {', '.join(sess.get_providers())}")
     feeds, _ = _feeds(sess, np.load(art / "reference.npz"), "example")
     sample, runs, stable = time_runs(sess, feeds, lat)
     ms = np.array(sample) * 1e3
