@@ -38,9 +38,10 @@ LEGEND = {
     Status.EXPORT_FAIL: "the exporter raised (or wrote no model): nothing to run",
     Status.LOAD_FAIL: "the runtime refused the model when creating the session (opset, IR version, unknown op, invalid graph)",
     Status.RUN_FAIL: "the session loaded but `run` raised (shape, type or kernel error)",
-    Status.CRASH: "the worker process died (signal) while running the cell",
-    Status.TIMEOUT: "the cell ran past the timeout of matrix.toml's [run] and was killed",
-    Status.UNAVAILABLE: "the provider is missing or the session silently fell back to another one",
+    Status.CRASH: "the worker process died (signal) while running this probe (or creating its session)",
+    Status.TIMEOUT: "the probe gave no result within matrix.toml's [run] timeout and its worker was killed",
+    Status.UNAVAILABLE: "the provider cannot run here (not in the package, its libraries do not load, no GPU), "
+    "or the session silently fell back to another one",
     Status.ENV_ERROR: "the runtime environment itself is broken (e.g. it fails to import)",
     Status.SKIPPED: "the case does not apply to this exporter (reason given)",
 }

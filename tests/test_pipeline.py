@@ -226,3 +226,14 @@ def test_export_records_what_a_mismatch_is_localized_with(run: tuple[Path, Matri
         nodes = json.loads((art / "nodes.json").read_text())
         assert len(nodes) == rec.graph["nodes"]
         assert (art / "model.debug.onnx").is_file() and (art / "intermediates.npz").is_file()
+
+
+@pytest.mark.parametrize("case", ["layer_norm_no_keepdim", "rms_norm_no_keepdim", "rms_norm_rsqrt_no_keepdim"])
+def test_the_optimizer_is_blamed_where_a_fusion_changes_the_result(run: tuple[Path, Matrix], case: str) -> None:
+    """onnxruntime's norm fusions ignore keepdims=0: wrong with the default session, right with optimizations off."""
+    out, _ = run
+    cells = _cells(out, case, "torchscript")
+    assert {c.status for c in cells.values()} == {Status.MISMATCH}
+    assert all(c.optimizer is True for c in cells.values())
+    twin = _cells(out, f"{case}_fixed")
+    assert twin and all(c.status is Status.PASS for c in twin.values())

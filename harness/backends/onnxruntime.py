@@ -285,14 +285,18 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             cell = base.replace(probe=probe, stage=Stage.RUN)
             try:
                 feeds, ignored = _feeds(sess, ref, probe)
-                outs = sess.run(None, feeds)
+            except KeyError as exc:  # the probe lacks a graph input: nothing ran
+                yield {"cell": _failed(cell, exc, t1, Status.RUN_FAIL).to_dict()}
+                continue
+            try:
+                outs, error = sess.run(None, feeds), None
             except Exception as exc:
                 outs, error = None, exc
             if profiling:  # the first run places every node: count them per provider, then stop profiling
                 profiling = False
                 base = base.replace(placement=_end_profiling(sess))
                 cell = cell.replace(placement=base.placement)
-            if outs is None:
+            if error is not None:
                 yield {"cell": _failed(cell, error, t1, Status.RUN_FAIL).to_dict()}
                 continue
             want = _outputs(ref, probe)
