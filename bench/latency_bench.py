@@ -16,7 +16,7 @@ ABBA order), then the geometric mean and the worst ratio. A ratio near 1.0 means
 harness's number is the number a user gets from ``session.run``.
 
     nox -s latency_bench                       # after `nox -s matrix` (or `nox -s export`)
-    python bench/latency_bench.py --out build --rounds 15
+    python bench/latency_bench.py --out build --rounds 41
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--matrix", default=str(ROOT / "matrix.toml"))
     ap.add_argument("--artifacts", default=None, help="comma-separated artifact ids (default: a built-in selection)")
     ap.add_argument("--count", type=int, default=6, help="how many artifacts from the built-in selection")
-    ap.add_argument("--rounds", type=int, default=15, help="paired rounds per artifact")
+    ap.add_argument("--rounds", type=int, default=41, help="paired rounds per artifact")
     args = ap.parse_args()
 
     matrix = load(args.matrix)
