@@ -39,13 +39,11 @@ except HarnessError as exc:  # one line, not a traceback from inside nox
 
 # The export env also holds the reference runtime: it records every node's value per probe (CPU,
 # optimizations off), which a mismatching cell of any runtime is compared with, node by node.
-REFERENCE = next((rt.requirements for rt in MATRIX.runtimes if rt.pin == f"onnxruntime=={MATRIX.export.onnxruntime}"), None)
-EXPORT_PKGS = [
-    f"onnx=={MATRIX.export.onnx}",
-    f"onnxscript=={MATRIX.export.onnxscript}",
-    *(REFERENCE or (f"onnxruntime=={MATRIX.export.onnxruntime}",)),
-    "numpy",
-]
+REFERENCE_PKGS = next(
+    (rt.requirements for rt in MATRIX.runtimes if rt.pin == f"onnxruntime=={MATRIX.export.onnxruntime}"),
+    (f"onnxruntime=={MATRIX.export.onnxruntime}",),
+)
+EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", *REFERENCE_PKGS, "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
 # The tests run on the reference runtime (the newest).
 TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4"]
@@ -70,12 +68,8 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
     if ns.results is None:  # the default profile is the published table; the others stay in the build folder
-        ns.results = _results_dir(ns.profile, ns.out)
+        ns.results = str(MATRIX.profile(ns.profile).results(ns.out))
     return ns
-
-
-def _results_dir(profile: str, out: str) -> str:
-    return "results" if profile == "default" else str(Path(out) / "results" / profile)
 
 
 def _pip_find_links() -> str | None:
@@ -169,9 +163,9 @@ def matrix(session: nox.Session) -> None:
 @nox.session
 def latency_bench(session: nox.Session) -> None:
     """Harness-reported latency against a bare `session.run` loop, same process and settings (bench/)."""
-    session.install(*MATRIX.runtime(MATRIX.export.onnxruntime).requirements)
+    session.install(*REFERENCE_PKGS)
     _harness(session)
-    session.run("python", str(ROOT / "bench" / "latency_bench.py"), *session.posargs)  # e.g. -- --out build --rounds 15
+    session.run("python", str(ROOT / "bench" / "latency_bench.py"), *session.posargs)  # e.g. -- --out build --rounds 41
 
 
 @nox.session

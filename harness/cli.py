@@ -156,8 +156,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from harness import report
 
-        results = args.results or ("results" if profile.name == "default" else str(out / "results" / profile.name))
-        summary = report.build(out, Path(results), profile=profile, wall=args.wall, builtin=matrix.corpus)
+        results = Path(args.results) if args.results else profile.results(out)
+        summary = report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus)
         print(summary)
         return 0
     raise AssertionError(args.command)

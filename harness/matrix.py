@@ -97,6 +97,11 @@ class Profile:
     exporters: tuple[str, ...]
     opsets: tuple[int, ...]
 
+    def results(self, out: str | os.PathLike[str]) -> Path:
+        """Where its report goes: ``results/`` (the published table) for the default profile, else
+        ``<out>/results/<profile>/`` in the build folder."""
+        return Path("results") if self.name == "default" else Path(out) / "results" / self.name
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportSettings:

@@ -313,6 +313,10 @@ class CellRecord:
     def replace(self, **changes: Any) -> CellRecord:
         return dataclasses.replace(self, **changes)
 
+    def noted(self, note: str) -> CellRecord:
+        """This cell with ``note`` added after the notes it has."""
+        return self.replace(note=f"{self.note}; {note}" if self.note else note)
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["status"] = self.status.value

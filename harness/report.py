@@ -151,13 +151,18 @@ def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "placement": c.placement,
         "diff": _compact_diff(c),
         "latency": _compact_latency(c),
-        "repro": repros.get(c.artifact.id) if c.status in FAILING else None,
+        "repro": _repro(c, repros),
     }
     data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
     if c.error_class != "EnvironmentError":
         return data
     data["error"] = c.error  # a broken environment is one record: keep its whole diagnosis
     return data
+
+
+def _repro(c: CellRecord, repros: dict[str, str]) -> str | None:
+    """The reproducer folder of a failing cell (relative to results/)."""
+    return repros.get(c.artifact.id) if c.status in FAILING else None
 
 
 def _sig(x: float | None) -> float | None:
@@ -198,7 +203,7 @@ def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "error_line": c.error_line or "",
         "localization": c.localization or "",
         "optimizer": {True: "yes", False: "no", None: ""}[c.optimizer],
-        "repro": repros.get(c.artifact.id, "") if c.status in FAILING else "",
+        "repro": _repro(c, repros) or "",
         "note": c.note or "",
         "median_ms": c.latency.median_ms if c.latency else None,
     }

@@ -362,9 +362,7 @@ def _charge(
         return [], []
     if state.localizing is not None:  # the cell is in; only its localization is lost
         cell = cells[base.replace(probe=state.localizing).key]
-        note = f"{_CUT_SHORT}: {line}"
-        fixed = cell.replace(note=f"{cell.note}; {note}" if cell.note else note)
-        return [fixed], left
+        return [cell.noted(f"{_CUT_SHORT}: {line}")], left
     error_class = outcome.kind.capitalize()
     if not state.loaded:  # died creating the session: every probe shares it
         line = f"{line} while creating the session"

@@ -322,8 +322,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             try:
                 cell = _localize(art, rec, cell, feeds, want, task["threads"])
             except Exception as exc:  # a harness bug here costs the localization, never the probes after it
-                note = f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}"
-                cell = cell.replace(note=f"{cell.note}; {note}" if cell.note else note)
+                cell = cell.noted(f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}")
             yield {"cell": cell.to_dict()}
 
 
