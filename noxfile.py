@@ -45,8 +45,9 @@ REFERENCE_PKGS = next(
 )
 EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", *REFERENCE_PKGS, "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
-# The tests run on the reference runtime (the newest).
-TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4"]
+# The tests run on the reference runtime (the newest). Playwright drives the system's Chromium (Debian's
+# `chromium`, which .ci/run installs); its own browser download is never used.
+TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", "playwright>=1.40"]
 
 
 def _options(posargs: list[str]) -> argparse.Namespace:

@@ -62,6 +62,34 @@ def parser() -> argparse.ArgumentParser:
         "--results", default=None, help="output directory (default: results/ for profile default, else <out>/results/<profile>/)"
     )
     p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
+
+    p = sub.add_parser(
+        "recommend",
+        help="the highest opset and the exporter at which every selected case passes on one runtime × provider",
+        description="Answers from a published table: the highest opset, and the exporter, at which every selected case "
+        "passes every probe on --runtime × --provider; then every alternative with the cases that fail there and why. "
+        "Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input.",
+    )
+    p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3 or ort-1.17.3")
+    p.add_argument("--provider", default="cpu", help="cpu, cuda or tensorrt (default: cpu)")
+    p.add_argument("--results", default="results/matrix.jsonl", help="a published matrix.jsonl or its folder (default: results/)")
+    p.add_argument(
+        "--corpus", action="append", default=[], metavar="FILE", help="select the cases of this corpus file (repeatable)"
+    )
+    p.add_argument("--cases", default=None, metavar="A,B", help="select these cases")
+    p.add_argument("--all", action="store_true", help="select every case of the table (the gotchas included)")
+
+    p = sub.add_parser(
+        "diff",
+        help="cells whose status changed between two runs (regressions first); exit 1 on a regression",
+        description="Matches cells on their key (case, exporter, opset, runtime, provider, probe), across a changed runtime "
+        "pin where that is unambiguous, and lists regressions, fixes, changed failures, new and gone cells. "
+        "Exit status 1 when a cell regressed, 0 otherwise, 2 on bad input.",
+    )
+    p.add_argument("old", help="the earlier run: a matrix.jsonl, its results folder, or a shard")
+    p.add_argument("new", help="the later run, likewise")
+    p.add_argument("--strict-pins", action="store_true", help="match runtimes by exact pin only (no pairing across a pin change)")
+    p.add_argument("--limit", type=int, default=200, help="lines per section (0: all; default 200)")
     return ap
 
 
@@ -99,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command in ("recommend", "diff"):  # answers from published files alone: no matrix.toml needed
+        return _answer(args)
     from harness import matrix as matrix_mod
 
     matrix = matrix_mod.load(args.matrix)
@@ -161,3 +191,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(summary)
         return 0
     raise AssertionError(args.command)
+
+
+def _answer(args: argparse.Namespace) -> int:
+    from harness import diff, published, recommend
+
+    if args.command == "diff":
+        old, new = (published.read_cells(p, spread=False) for p in (args.old, args.new))
+        result = diff.diff(old, new, pair=not args.strict_pins)
+        print(diff.render(result, args.old, args.new, limit=args.limit))
+        return 1 if result.regressions else 0
+    source = str(published.table_path(args.results))
+    cells = published.read_cells(source)
+    runtime = recommend.resolve_runtime(args.runtime, cells, source)
+    names, selection = recommend.select(
+        cells, published.read_cases(source), source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all
+    )
+    answer = recommend.recommend(cells, runtime, args.provider, names, selection)
+    print(recommend.render(answer))
+    return 0 if answer.best else 1

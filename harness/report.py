@@ -5,9 +5,16 @@ Writes:
 - ``results/matrix.jsonl``: every cell, long format, one JSON object a line,
   sorted by key (a diff between two runs is a diff of lines);
 - ``results/environment.json``: versions of everything that produced it;
-- ``results/README.md``: the legend, the summary table (rows case × exporter
-  × opset, columns runtimes, a status symbol per cell), and per case its card,
-  export facts, failing cells with their first error line, and latency.
+- ``results/cases.json``: every case's card and the file it came from (what
+  ``harness recommend --corpus`` selects by);
+- ``results/history.jsonl``: one summary line per published run;
+- ``results/plots/*.svg``: pass rate per runtime for each exporter and opset,
+  and the latency of a few representative cases across runtimes;
+- ``results/index.html``: the whole table as one self-contained page;
+- ``results/README.md``: the newest safe opset per runtime, the legend, a
+  summary per runtime × exporter × opset, the plots and the trend, and per
+  case its card, its row across runtimes and providers, export facts,
+  failing cells with their first error line and reproducer, and latency.
 
 Needs pandas and tabulate (the report environment), never torch or a runtime.
 """
@@ -24,10 +31,11 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import claims
+from harness import claims, history, page, plots, recommend
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
+from harness.published import CASES
 from harness.records import CellRecord, ExportRecord, Status, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
@@ -90,8 +98,11 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     raw, exports = gather(out, profile)
     results.mkdir(parents=True, exist_ok=True)
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
-    repros = write_repros(out, results, cells, exports, {rt.pin: rt.constraints for rt in profile.runtimes})
+    constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
+    repros = write_repros(out, results, cells, exports, constraints)
     _write_lines(results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
+    cards = {r.case: r.card for r in exports}
+    _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
     manifest = json.loads((out / MANIFEST).read_text())
     runtimes_env = {}
@@ -117,12 +128,30 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     counts = df["status"].value_counts().to_dict()
     newest = max({c.runtime for c in cells}, key=lambda pin: version_tuple(pin.split("==")[-1]))
     verdicts = {r.case: _claims(r, cells, newest) for r in exports}
-    text = _markdown(df, exports, environment, counts, profile, verdicts)
+
+    runs = [out / MANIFEST, *(shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
+    entry = history.summary(
+        run=history.run_id(p for p in runs if p.exists()),
+        environment=environment,
+        counts=counts,
+        cases=df["case"].nunique(),
+        runtimes=[rt.pin for rt in profile.runtimes if rt.pin in set(df["runtime"])],
+    )
+    trend = history.record(results / history.HISTORY, entry)
+    figures = _plots(results, df, _runtime_order(df["column"]))
+    names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
+    safe = recommend.safe_opsets(cells, names, selection)
+    payload = page.data(
+        cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts
+    )
+    _write_text(results / "index.html", page.render(payload))
+
+    text = _markdown(df, exports, environment, counts, profile, verdicts, safe=safe, trend=trend, figures=figures)
     (results / "README.md").write_text(text, encoding="utf-8")
     summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        + f" → {results}"
+        + f" → {results} (open {results / 'index.html'})"
     )
     mine = list(dict.fromkeys(r.case for r in exports if r.card.get("source_file") not in builtin))
     if mine:
@@ -131,6 +160,12 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
     return summary
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
@@ -252,6 +287,10 @@ def _markdown(
     counts: dict[str, int],
     profile: Profile,
     verdicts: dict[str, list[str]],
+    *,
+    safe: list[recommend.Answer],
+    trend: list[dict[str, Any]],
+    figures: list[tuple[str, str]],
 ) -> str:
     cases = list(dict.fromkeys(r.case for r in exports))
     columns = _runtime_order(df["column"])
@@ -269,7 +308,11 @@ def _markdown(
         + ", ".join(f"{Status(k).symbol} {k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: Status(kv[0]).severity))
         + ".",
         "",
+        "The same data as one filterable, sortable page: **[index.html](index.html)** (self-contained; open it from a clone, "
+        "or from the project's GitHub Pages). Every cell, long format: [matrix.jsonl](matrix.jsonl).",
+        "",
         *_problem_lines(env.get("problems", [])),
+        *_safe_lines(safe),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -278,9 +321,16 @@ def _markdown(
     ]
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
-
-    lines += ["## Summary", "", _summary(df, columns, cases), ""]
-    lines += ["## Per case", ""]
+    lines += _runtime_summary(df, columns, cases)
+    if figures:
+        lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in figures] + [""]
+    lines += _trend_lines(trend)
+    lines += [
+        "## Per case",
+        "",
+        "Cases in corpus order, each fixed twin after its case: " + ", ".join(f"[{c}](#{c})" for c in cases),
+        "",
+    ]
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
         by_case.setdefault(r.case, []).append(r)
@@ -288,6 +338,173 @@ def _markdown(
         lines += _case_section(case, by_case[case], df[df["case"] == case], columns, verdicts[case])
     lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
+
+
+def _safe_lines(answers: list[recommend.Answer]) -> list[str]:
+    """The newest safe opset per runtime: what ``harness recommend`` answers for each column."""
+    if not answers:
+        return []
+    exporters = sorted({o.exporter for a in answers for o in a.options}, key=lambda e: (e != "torchscript", e))
+
+    def closest(opt: recommend.Option) -> str:
+        names = ", ".join(c for c, _ in opt.failing[:3]) + (f" and {len(opt.failing) - 3} more" if len(opt.failing) > 3 else "")
+        return f"opset {opt.opset}: {len(opt.failing)} fail{'s' * (len(opt.failing) == 1)} ({names})"
+
+    rows = []
+    for a in answers:
+        best, mine = a.best, recommend.per_exporter(a)
+        rows.append(
+            [
+                a.runtime,
+                a.provider,
+                f"**{best.exporter} opset {best.opset}**"
+                if best
+                else f"none (closest: {a.options[0].exporter} {closest(a.options[0])})",
+                *((str(o.opset) if o.ok else f"none ({closest(o)})") if (o := mine.get(e)) else "" for e in exporters),
+            ]
+        )
+    count, _, kinds = answers[0].selection.split(" (")[0].partition(": ")
+    return [
+        "## Newest safe opset per runtime",
+        "",
+        f"For {kinds or 'the selected cases'} ({count}): the highest opset at which every one of them passes every probe, "
+        "per exporter "
+        "(or, where none does, the closest and what fails there), and the recommendation: the highest safe opset, a tie going "
+        "to the exporter under which more of the whole corpus passes. `harness recommend --runtime onnxruntime==X.Y.Z` "
+        "prints the same answer with every alternative and why its cases fail; `--corpus my_models.py` or `--cases a,b` "
+        "asks it about your own cases.",
+        "",
+        tabulate(rows, headers=["runtime", "provider", "recommended", *exporters], tablefmt="github", disable_numparse=True),
+        "",
+    ]
+
+
+def _runtime_summary(df: pd.DataFrame, columns: list[str], cases: list[str]) -> list[str]:
+    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by status."""
+    per_case = df.groupby(["column", "exporter", "opset", "case"], observed=True)["status"].agg(
+        lambda s: max(s, key=lambda v: Status(v).severity)
+    )
+    combos = sorted({(e, o) for _, e, o, _ in per_case.index}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
+    rows = []
+    details = []
+    order = {c: i for i, c in enumerate(cases)}
+    for column in columns:
+        row = [column]
+        failing_lines = []
+        for exporter, opset in combos:
+            try:
+                got = per_case.loc[(column, exporter, opset)]
+            except KeyError:
+                row.append("")
+                continue
+            passed = int((got == Status.PASS.value).sum())
+            row.append(f"{passed}/{len(got)}")
+            bad = got[got != Status.PASS.value]
+            if bad.empty:
+                continue
+            by_status: dict[str, list[str]] = {}
+            for case, status in sorted(bad.items(), key=lambda kv: order.get(kv[0], 0)):
+                by_status.setdefault(status, []).append(case)
+            text = "; ".join(
+                f"{Status(st).symbol} {st} ({len(names)}): " + ", ".join(f"[{n}](#{n})" for n in names)
+                for st, names in sorted(by_status.items(), key=lambda kv: -Status(kv[0]).severity)
+            )
+            failing_lines.append(f"- **{exporter} opset {opset}**, {len(bad)} failing: {text}")
+        rows.append(row)
+        details += [f"<details><summary>{column}: the failing cases</summary>", "", *failing_lines, "", "</details>", ""]
+    return [
+        "## Summary per runtime",
+        "",
+        "Cases whose every probe passes, of the cases measured, per runtime × exporter × opset. "
+        "Below the table, each runtime's failing cases by status (click to open).",
+        "",
+        tabulate(rows, headers=["runtime", *(f"{e} {o}" for e, o in combos)], tablefmt="github", disable_numparse=True),
+        "",
+        *details,
+    ]
+
+
+def _trend_lines(trend: list[dict[str, Any]], last: int = 30) -> list[str]:
+    """The history of published runs, newest first."""
+    if not trend:
+        return []
+    statuses = sorted({k for e in trend for k in e.get("counts", {})}, key=lambda v: Status(v).severity)
+    rows = []
+    for e in reversed(trend[-last:]):
+        runtimes = e.get("runtimes") or []
+        span = f"{runtimes[0].split('==')[-1]} … {runtimes[-1].split('==')[-1]} ({len(runtimes)})" if runtimes else ""
+        pass_rate = 100 * e.get("counts", {}).get("pass", 0) / max(e.get("cells") or 1, 1)
+        rows.append(
+            [
+                e.get("date", ""),
+                e.get("torch", ""),
+                span,
+                e.get("cases", ""),
+                e.get("cells", ""),
+                f"{pass_rate:.1f}%",
+                *(e.get("counts", {}).get(st, 0) for st in statuses),
+                f"{e['wall_seconds']:.0f}" if e.get("wall_seconds") else "",
+            ]
+        )
+    headers = ["date", "torch", "runtimes", "cases", "cells", "pass rate", *statuses, "wall s"]
+    return [
+        "## Trend",
+        "",
+        "One row per published run ([history.jsonl](history.jsonl)), newest first"
+        + (f", the last {last}." if len(trend) > last else "."),
+        "",
+        tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True),
+        "",
+    ]
+
+
+REPRESENTATIVE = 5
+"""How many cases the latency plot follows: spread over the range of latencies of the newest runtime."""
+
+
+def _plots(results: Path, df: pd.DataFrame, columns: list[str]) -> list[tuple[str, str]]:
+    """Write results/plots/*.svg; return (title, path relative to results/) for the README."""
+    folder = results / "plots"
+    folder.mkdir(exist_ok=True)
+    figures = []
+    per_case = df.groupby(["exporter", "opset", "column", "case"], observed=True)["status"].agg(
+        lambda s: bool((s == "pass").all())
+    )
+    rate = per_case.groupby(["exporter", "opset", "column"], observed=True).mean() * 100
+    series = {}
+    for exporter, opset in sorted({(e, o) for e, o, _ in rate.index}):
+        series[f"{exporter} opset {opset}"] = [
+            float(rate[(exporter, opset, c)]) if (exporter, opset, c) in rate.index else None for c in columns
+        ]
+    title = "Cases whose every probe passes, % (per runtime, exporter and opset)"
+    _write_text(
+        folder / "pass_rate.svg",
+        plots.line_chart(
+            title, columns, series, y_label="% of cases", y_max=100, dashed=[k for k in series if k.startswith("torchscript")]
+        ),
+    )
+    figures.append((title, "plots/pass_rate.svg"))
+
+    lat = df.dropna(subset=["median_ms"])
+    if not lat.empty:
+        coverage = lat.groupby(["exporter", "opset"]).size()
+        exporter, opset = max(coverage.index, key=lambda k: (coverage[k], k[0] == "torchscript", -k[1]))
+        chosen = lat[(lat["exporter"] == exporter) & (lat["opset"] == opset)]
+        wide = chosen.pivot_table(index="case", columns="column", values="median_ms", aggfunc="first")
+        measured = [c for c in columns if c in wide.columns]
+        complete = wide.reindex(columns=measured).dropna()
+        if not complete.empty:
+            newest = complete[measured[-1]].sort_values()
+            n = len(newest)
+            picks = sorted({round(q * (n - 1) / (REPRESENTATIVE - 1)) for q in range(REPRESENTATIVE)}, reverse=True)
+            names = [newest.index[i] for i in picks]
+            lat_series = {
+                name: [float(wide.loc[name, c]) * 1e3 if c in wide.columns else None for c in columns] for name in names
+            }
+            title = f"Median latency of the example probe, µs ({exporter}, opset {opset}; serial, 1 thread)"
+            _write_text(folder / "latency.svg", plots.line_chart(title, columns, lat_series, y_label="µs"))
+            figures.append((title, "plots/latency.svg"))
+    return figures
 
 
 def _summary(df: pd.DataFrame, columns: list[str], cases: list[str], *, links: bool = True) -> str:
@@ -312,7 +529,7 @@ def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, colu
         lines.append(f"- defined in `{card['source_file']}`")
     if verdicts:
         lines += ["", "Where the gotcha was reproduced (the case's claims, checked against this table):", "", *verdicts]
-    lines.append("")
+    lines += ["", "Across runtimes and providers:", "", _summary(df, columns, [case], links=False), ""]
     rows = []
     for r in sorted(exports, key=lambda r: (r.exporter, r.opset)):
         tracer = sum(w["category"] == "TracerWarning" for w in r.warnings)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import chromium  # noqa: F401 (the fixture: a real headless Chromium)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -9,6 +9,7 @@ the articles and the runtimes promise.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -175,9 +176,67 @@ def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path,
     published = [json.loads(line) for line in (results / "matrix.jsonl").read_text().splitlines()]
     assert [c["case"] for c in published if c["runtime"] == "onnxruntime==1.18.0"] == ["*"]
     readme = (results / "README.md").read_text()
-    summary = readme.split("## Summary")[1].split("## Per case")[0]
-    rows = [r for r in summary.splitlines() if r.startswith("| [")]
+    per_case = readme.split("## Per case")[1]
+    tables = [block.split("\n\n")[1] for block in per_case.split("Across runtimes and providers:")[1:]]
+    rows = [r for t in tables for r in t.splitlines()[2:]]
     assert rows and all(r.rstrip(" |").endswith("!") for r in rows), "every row's 1.18.0 column shows the env-error"
+    summary = readme.split("## Summary per runtime")[1].split("<details>")[0]
+    broken_row = next(r for r in summary.splitlines() if r.startswith("| 1.18.0"))
+    assert all(c.strip().startswith("0/") for c in broken_row.strip(" |").split("|")[1:]), broken_row
+
+
+def test_diff_between_two_real_runs_with_a_changed_runtime_pin(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """The smoke run again with its newest runtime's pin changed to 1.16.3 (IR version ≤ 9): `harness diff`
+    pairs the two pins, lists the dynamo cells that stopped loading as regressions, and exits 1."""
+    matrix = load(ROOT / "matrix.toml")
+    old_rt, new_rt = NEWEST, matrix.runtime("1.16.3")
+    venv = tmp_path / "venv"
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, *new_rt.requirements], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(ROOT)], check=True)
+    run = [
+        py,
+        "-m",
+        "harness",
+        "run",
+        "--profile",
+        "smoke",
+        "--out",
+        str(build / "build"),
+        "--runtime",
+        new_rt.pin,
+        "--no-latency",
+    ]
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    smoke_profile = matrix.profile("smoke")
+    changed = Profile("smoke-pin", (matrix.runtime("1.17.3"), new_rt), ("cpu",), smoke_profile.exporters, smoke_profile.opsets)
+    build_report(build / "build", tmp_path / "results", profile=changed)
+
+    old, new = build / "results" / "matrix.jsonl", tmp_path / "results" / "matrix.jsonl"
+    forward = subprocess.run([sys.executable, "-m", "harness", "diff", str(old), str(new), "--limit", "0"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert forward.returncode == 1, forward.stdout + forward.stderr
+    out = forward.stdout
+    assert f"runtime pin changed: {old_rt.pin} → {new_rt.pin}" in out
+    regressions = out.split("Regressions")[1].split("\n\n")[0]
+    assert re.search(
+        rf"fft_rfft dynamo op18 {re.escape(old_rt.pin)} → 1\.16\.3 cpu \[[a-z0-9_,]*example[a-z0-9_,]*\]: pass → load-fail: ",
+        regressions,
+    )
+    assert "Unsupported model IR version: 10, max supported IR version: 9" in regressions
+    assert "onnxruntime==1.17.3" not in regressions, "the unchanged runtime's cells did not change"
+    backward = subprocess.run([sys.executable, "-m", "harness", "diff", str(new), str(old), "--limit", "0"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert backward.returncode == 0, "going back to the newest runtime regresses nothing"
+    fixes = backward.stdout.split("Fixes")[1]
+    assert re.search(
+        rf"fft_rfft dynamo op18 {re.escape(new_rt.pin)} → {re.escape(old_rt.version)} "
+        r"cpu \[[a-z0-9_,]*example[a-z0-9_,]*\]: load-fail → pass",
+        fixes,
+    )
 
 
 def test_the_readme_user_corpus_example(smoke: dict) -> None:  # type: ignore[type-arg]

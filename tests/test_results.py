@@ -98,3 +98,42 @@ def test_every_failing_cell_links_a_reproducer_that_is_committed(published: dict
     # no reproducer is left behind for an artifact that no longer fails
     linked = {r["repro"].split("/", 1)[1] for r in failing}
     assert {p.name for p in (ROOT / "results" / "repro").iterdir()} == linked
+
+
+def test_the_page_plots_history_and_cards_come_from_the_same_run(published: dict[str, list[CellRecord]]) -> None:
+    """index.html embeds every cell of matrix.jsonl (runtime-wide records spread); history.jsonl's last line
+    counts exactly those cells; cases.json holds every case's card; the README embeds the plots it wrote."""
+    from harness.published import read_cells
+
+    results = ROOT / "results"
+    cells = read_cells(results / "matrix.jsonl")
+    html = (results / "index.html").read_text(encoding="utf-8")
+    payload = json.loads(html.split('<script id="data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    assert len(payload["cells"]) == len(cells)
+    statuses = [s[0] for s in payload["statuses"]]
+    embedded: dict[str, int] = {}
+    for cell in payload["cells"]:
+        embedded[statuses[cell[3]]] = embedded.get(statuses[cell[3]], 0) + 1
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.status.value] = counts.get(c.status.value, 0) + 1
+    assert embedded == counts
+    assert [c["runtime"] for c in payload["columns"]] == sorted(
+        {c.runtime for c in cells}, key=lambda p: version_tuple(p.split("==")[1])
+    )
+
+    history = [json.loads(line) for line in (results / "history.jsonl").read_text().splitlines()]
+    assert history and history[-1]["counts"] == counts and history[-1]["cells"] == len(cells)
+    env = json.loads((results / "environment.json").read_text())
+    assert history[-1]["date"] == env["generated"] and history[-1]["torch"] == env["export"]["torch"]
+    assert len({e["run"] for e in history}) == len(history), "one line per run"
+
+    cards = json.loads((results / "cases.json").read_text())
+    assert set(cards) == set(REGISTRY.names())
+    for case in REGISTRY:
+        assert cards[case.name].get("fixes") == case.fixes and cards[case.name]["source_file"] == case.source_file
+
+    readme = (results / "README.md").read_text()
+    for name in ("pass_rate", "latency"):
+        assert f"](plots/{name}.svg)" in readme and (results / "plots" / f"{name}.svg").is_file()
+    assert "## Newest safe opset per runtime" in readme and "## Trend" in readme and "## Summary per runtime" in readme

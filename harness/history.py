@@ -1,0 +1,68 @@
+"""``results/history.jsonl``: one summary line per published run, so the README can show the trend.
+
+A run is identified by the files it produced (the export manifest and every
+shard, whose cells carry their own timings): reporting the same run again
+replaces its line instead of adding one, and any new run adds one. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+HISTORY = "history.jsonl"
+
+
+def run_id(files: Iterable[Path]) -> str:
+    """A digest of the files a run wrote (in name order): the same run → the same id."""
+    h = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.name):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def summary(
+    *, run: str, environment: Mapping[str, Any], counts: Mapping[str, int], cases: int, runtimes: Sequence[str]
+) -> dict[str, Any]:
+    """The line a run adds: date, versions, counts by status."""
+    export = environment.get("export", {})
+    return {
+        "run": run,
+        "date": environment.get("generated"),
+        "profile": environment.get("profile"),
+        "torch": export.get("torch"),
+        "onnx": export.get("onnx"),
+        "onnxscript": export.get("onnxscript"),
+        "runtimes": list(runtimes),
+        "cases": cases,
+        "cells": sum(counts.values()),
+        "counts": dict(sorted(counts.items())),
+        "wall_seconds": environment.get("wall_seconds"),
+    }
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The history's entries, oldest first; a line that is not JSON (a torn write) is skipped."""
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
+def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Append ``entry`` (or replace the entry of the same run) and return the whole history."""
+    entries = [e for e in read(path) if e.get("run") != entry["run"]] + [dict(entry)]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries), encoding="utf-8")
+    os.replace(tmp, path)
+    return entries

@@ -1,0 +1,156 @@
+"""``results/index.html``: the whole table as one self-contained static page.
+
+No network access is needed to view it (no scripts, fonts or styles from
+elsewhere), so it works from ``file://`` and from GitHub Pages alike. The data
+travels inside the page as JSON, with every repeated string stored once; the
+page's script builds the table from it and puts every string from a model or
+an error into the document as text (``textContent``), never as markup, and the
+JSON escapes ``<``, ``>`` and ``&`` so that nothing in it can close its
+``<script>`` element. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.published import runtime_order
+from harness.records import CellRecord, ExportRecord, Status
+
+TEMPLATE = Path(__file__).with_name("page.html")
+_TOKEN = "__HARNESS_DATA__"
+# The README's emoji need an emoji font; the page keeps to characters every text font has.
+_SYMBOLS = {Status.PASS: "✓", Status.CRASH: "✗", Status.TIMEOUT: "∞"}
+
+
+class _Interned:
+    """Values stored once, referred to by index."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, value: Any) -> int:
+        if value in (None, "", {}, []):
+            return -1
+        key = json.dumps(value, sort_keys=True)
+        if key not in self._index:
+            self._index[key] = len(self.values)
+            self.values.append(value)
+        return self._index[key]
+
+
+def _detail(c: CellRecord) -> dict[str, Any]:
+    """What a cell says beyond its status (shared verbatim by many cells: stored once)."""
+    data: dict[str, Any] = {}
+    if c.error_class:
+        data["class"] = c.error_class
+    if c.error_line:
+        data["error"] = c.error_line
+    if c.localization:
+        data["starts_at"] = c.localization
+    if c.optimizer is not None:
+        data["optimizer"] = "yes: passes with graph optimizations disabled" if c.optimizer else "no: fails with them disabled too"
+    if c.note:
+        data["note"] = c.note
+    if c.diff is not None:
+        d = c.diff
+        diff: dict[str, Any] = {"max_abs": d.max_abs, "max_rel": d.max_rel, "mismatched": d.mismatched, "total": d.total}
+        diff.update(
+            {
+                k: v
+                for k, v in (("nan_ref", d.nan_ref), ("nan_out", d.nan_out), ("inf_ref", d.inf_ref), ("inf_out", d.inf_out))
+                if v
+            }
+        )
+        if d.shape_mismatch:
+            diff["shape_mismatch"] = d.shape_mismatch
+        data["diff"] = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in diff.items()}
+    if c.providers_used:
+        data["providers"] = ", ".join(c.providers_used)
+    return data
+
+
+def _install(pin: str, constraints: Sequence[str]) -> tuple[str, ...]:
+    """What a reproducer needs: the runtime, its constraints, numpy."""
+    has_numpy = any(c.replace(" ", "").startswith("numpy") for c in constraints)
+    return (pin, *constraints, *(() if has_numpy else ("numpy",)))
+
+
+def data(
+    cells: Sequence[CellRecord],
+    exports: Iterable[ExportRecord],
+    *,
+    repros: Mapping[str, str],
+    constraints: Mapping[str, Sequence[str]],
+    environment: Mapping[str, Any],
+    legend: Mapping[Status, str],
+    counts: Mapping[str, int],
+) -> dict[str, Any]:
+    """Everything the page shows, compactly: columns, cases, artifact rows, and one short array per cell."""
+    exports = list(exports)
+    strings = _Interned()
+    details = _Interned()
+    pins = runtime_order(c.runtime for c in cells)
+    providers = sorted({c.provider for c in cells})
+    columns = [(pin, p) for pin in pins for p in providers if any(c.runtime == pin and c.provider == p for c in cells)]
+    col_index = {col: i for i, col in enumerate(columns)}
+    case_names = list(dict.fromkeys(r.case for r in exports))
+    case_index = {name: i for i, name in enumerate(case_names)}
+    rows = [r for r in exports if r.case in case_index]
+    row_index = {(r.case, r.exporter, r.opset): i for i, r in enumerate(rows)}
+    statuses = sorted(Status, key=lambda s: s.severity)
+    status_index = {s: i for i, s in enumerate(statuses)}
+    packed = []
+    for c in cells:
+        row = row_index.get((c.case, c.exporter, c.opset))
+        if row is None:
+            continue
+        lat = c.latency
+        latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
+        packed.append(
+            [row, col_index[(c.runtime, c.provider)], strings(c.probe), status_index[c.status], details(_detail(c)), latency]
+        )
+    cards = {r.case: r.card for r in exports}
+    return {
+        "title": "PyTorch → ONNX compatibility matrix",
+        "generated": environment.get("generated"),
+        "profile": environment.get("profile"),
+        "wall_seconds": environment.get("wall_seconds"),
+        "counts": dict(counts),
+        "statuses": [[s.value, _SYMBOLS.get(s, s.symbol), legend[s]] for s in statuses],
+        "columns": [
+            {
+                "runtime": pin,
+                "provider": p,
+                "label": pin.split("==")[-1] + ("" if len(providers) == 1 else f" {p}"),
+                "install": " ".join(f'"{req}"' for req in _install(pin, constraints.get(pin, ()))),
+            }
+            for pin, p in columns
+        ],
+        "cases": [
+            {k: cards[name].get(k, "") for k in ("symptom", "cause", "fix", "source", "fixes", "source_file")} | {"name": name}
+            for name in case_names
+        ],
+        "rows": [
+            [case_index[r.case], r.exporter, r.opset, r.opset_actual or 0, r.ir_version or 0, repros.get(r.key.id, "")]
+            for r in rows
+        ],
+        "strings": strings.values,
+        "details": details.values,
+        "cells": packed,
+        "environment": dict(environment),
+    }
+
+
+def render(payload: Mapping[str, Any]) -> str:
+    """The page: the template with ``payload`` inlined as script-safe JSON."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    template = TEMPLATE.read_text(encoding="utf-8")
+    head, sep, tail = template.partition(_TOKEN)
+    assert sep, f"{TEMPLATE} lost its {_TOKEN} placeholder"
+    return head + text + tail

@@ -1,0 +1,121 @@
+"""Reading a published table back: ``results/matrix.jsonl`` (or a shard) and ``results/cases.json``.
+
+``harness recommend`` and ``harness diff`` answer from these files alone, so
+this module imports only the standard library: it runs from a bare clone
+(``python -m harness recommend ...``) with nothing installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.matrix import version_tuple
+from harness.records import CellRecord, Status
+
+CASES = "cases.json"
+"""Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
+
+
+def table_path(path: str | Path) -> Path:
+    """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "matrix.jsonl"
+    if not p.is_file():
+        raise HarnessError(f"{p}: no such file; give a results folder or its matrix.jsonl (written by `nox -s report`)")
+    return p
+
+
+def read_cells(path: str | Path, *, spread: bool = True) -> list[CellRecord]:
+    """Every cell of a published ``matrix.jsonl`` or a shard; with ``spread``, a runtime-wide record (an
+    ``env-error`` for a whole column) is spread over the artifacts and probes the same file measures
+    elsewhere (:func:`spread_wide`)."""
+    p = table_path(path)
+    cells: dict[str, CellRecord] = {}
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                cell = CellRecord.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise HarnessError(
+                    f"{p}:{n}: not a cell record ({type(exc).__name__}: {exc}); "
+                    "give a results/matrix.jsonl or a build/shards file"
+                ) from None
+            cells[cell.key] = cell
+    if not cells:
+        raise HarnessError(f"{p}: holds no cells; rerun `nox -s matrix` (or the `run` and `report` sessions)")
+    return spread_wide(cells.values()) if spread else list(cells.values())
+
+
+Slot = tuple[str, str, int, str]
+"""(case, exporter, opset, probe): a cell of every runtime × provider column."""
+
+
+def slots(cells: Iterable[CellRecord]) -> set[Slot]:
+    return {(c.case, c.exporter, c.opset, c.probe) for c in cells if not c.runtime_wide}
+
+
+def spread_wide(cells: Iterable[CellRecord], over: Iterable[Slot] | None = None) -> list[CellRecord]:
+    """A runtime-wide record (case ``*``) becomes one cell per slot (``over``, by default every artifact ×
+    probe that ``cells`` measure on any runtime). With nothing to spread over it stays one record."""
+    cells = list(cells)
+    where = sorted(slots(cells) if over is None else set(over))
+    out = [c for c in cells if not c.runtime_wide or not where]
+    for wide in (c for c in cells if c.runtime_wide and where):
+        out.extend(dataclasses.replace(wide, case=k, exporter=e, opset=o, probe=p) for k, e, o, p in where)
+    return out
+
+
+def read_cases(path: str | Path) -> dict[str, dict[str, str]]:
+    """``cases.json`` beside a table: case → card (``{}`` when the folder has none, e.g. a shard)."""
+    p = table_path(path).with_name(CASES)
+    if not p.is_file():
+        return {}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise HarnessError(f"{p}: not JSON ({exc}); regenerate it with `nox -s report`") from None
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def runtime_key(pin: str) -> tuple[Any, ...]:
+    """Sorts runtime pins oldest first: package, then version."""
+    return pin.split("==")[0], version_tuple(pin.split("==")[-1]), pin
+
+
+def runtime_order(pins: Iterable[str]) -> list[str]:
+    return sorted(set(pins), key=runtime_key)
+
+
+def worst(cells: Iterable[CellRecord]) -> Status:
+    """The status a group of cells folds to (the table's rule: the most severe wins)."""
+    return max((c.status for c in cells), key=lambda s: s.severity)
+
+
+def why(cells: list[CellRecord]) -> str:
+    """One line for a failing group of cells: worst status, which probes hit it, and its first error line."""
+    status = worst(cells)
+    hit = [c for c in cells if c.status is status]
+    probes = sorted({c.probe for c in hit})
+    where = "every probe" if len(hit) == len(cells) else ",".join(probes)
+    line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), "")
+    return f"{status.value} on {where}" + (f": {shorten(line)}" if line else "")
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def group_by(cells: Iterable[CellRecord], *fields: str) -> dict[tuple[Any, ...], list[CellRecord]]:
+    out: dict[tuple[Any, ...], list[CellRecord]] = {}
+    for c in cells:
+        out.setdefault(tuple(getattr(c, f) for f in fields), []).append(c)
+    return out

@@ -1,0 +1,234 @@
+"""``harness recommend``: which exporter and opset to ship for one runtime × provider, from the table.
+
+The answer is the highest opset, and the exporter, at which every selected
+case passes every probe on that runtime and provider; ties go to the
+exporter under which more of the whole corpus passes. Every other
+(exporter, opset) follows, ranked, with the selected cases that fail there
+and why. The selection is the user's own cases (``--corpus`` / ``--cases``),
+or by default the corpus's *safe* models: the fixed twins and the cases that
+carry no gotcha. Standard library only, like :mod:`harness.published`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.matrix import version_tuple
+from harness.published import group_by, runtime_order, why
+from harness.records import CellRecord, Status
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One (exporter, opset) on the asked runtime × provider."""
+
+    exporter: str
+    opset: int
+    failing: tuple[tuple[str, str], ...]
+    """(case, why) for each selected case that does not pass every probe here."""
+    selected: int
+    corpus_pass: int
+    """Cases of the whole table that pass every probe here (the tie-break)."""
+    corpus_total: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing
+
+    @property
+    def label(self) -> str:
+        return f"{self.exporter} opset {self.opset}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    runtime: str
+    provider: str
+    selection: str
+    """What was selected, in words (``26 cases: the fixed twins and the cases with no gotcha``)."""
+    cases: tuple[str, ...]
+    options: tuple[Option, ...]
+    """Best first: every (exporter, opset) the table measured on this runtime × provider."""
+
+    @property
+    def best(self) -> Option | None:
+        return self.options[0] if self.options and self.options[0].ok else None
+
+
+def resolve_runtime(spec: str, cells: Iterable[CellRecord], source: str) -> str:
+    """``onnxruntime==1.17.3``, ``1.17.3`` or ``ort-1.17.3`` → a pin the table measured, or one line naming
+    the nearest measured ones."""
+    pins = runtime_order(c.runtime for c in cells)
+    text = spec.strip()
+    if text.startswith(("ort-", "ortgpu-")):
+        prefix, _, version = text.partition("-")
+        text = f"{'onnxruntime' if prefix == 'ort' else 'onnxruntime-gpu'}=={version}"
+    elif "==" not in text:
+        text = f"onnxruntime=={text}"
+    if text in pins:
+        return text
+    package, _, version = text.partition("==")
+    same = [p for p in pins if p.split("==")[0] == package] or pins
+    want = version_tuple(version)
+    older = [p for p in same if version_tuple(p.split("==")[1]) < want]
+    newer = [p for p in same if version_tuple(p.split("==")[1]) > want]
+    nearest = [p for p in (newer[:1] + older[-1:]) if p]
+    measured = f"{pins[0].split('==')[1]} … {pins[-1].split('==')[1]}" if len(pins) > 2 else ", ".join(pins)
+    raise HarnessError(
+        f"--runtime {spec}: {text} is not in {source}; nearest measured: {', '.join(nearest) or 'none'} "
+        f"(measured: {measured}); pick one of those, or run it: add it to matrix.toml and `nox -s matrix`"
+    )
+
+
+def is_safe_model(card: Mapping[str, str]) -> bool:
+    """A fixed twin, or a case with no gotcha card: a model written the way the corpus recommends."""
+    return bool(card.get("fixes")) or not card.get("symptom")
+
+
+def _same_file(given: str, recorded: str) -> bool:
+    if not recorded:
+        return False
+    if given == recorded or Path(given).resolve() == Path(recorded).resolve():
+        return True
+    a, b = Path(given).parts, Path(recorded).parts
+    n = min(len(a), len(b))
+    return n > 0 and a[-n:] == b[-n:] and Path(given).suffix == ".py"
+
+
+def select(
+    cells: Sequence[CellRecord],
+    cards: Mapping[str, Mapping[str, str]],
+    source: str,
+    *,
+    cases: Sequence[str] = (),
+    corpus: Sequence[str] = (),
+    everything: bool = False,
+) -> tuple[tuple[str, ...], str]:
+    """The selected case names, in table order, and the selection in words."""
+    measured = list(dict.fromkeys(c.case for c in cells))
+    if everything:
+        return tuple(measured), f"{len(measured)} cases: the whole table"
+    chosen: list[str] = []
+    said: list[str] = []
+    if cases:
+        unknown = [c for c in cases if c not in measured]
+        if unknown:
+            hints = {u: difflib.get_close_matches(u, measured, n=1) for u in unknown}
+            hint = "; ".join(f"{u!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for u, h in hints.items())
+            raise HarnessError(f"--cases: not in {source}: {hint}; `harness list` names the corpus")
+        chosen += cases
+        said.append("--cases")
+    for given in corpus:
+        if not cards:
+            raise HarnessError(f"--corpus {given}: {source} has no cases.json beside it to say which file each case came from")
+        mine = [c for c in measured if _same_file(given, cards.get(c, {}).get("source_file", ""))]
+        if not mine:
+            files = sorted({cards[c].get("source_file", "") for c in measured if c in cards} - {""})
+            raise HarnessError(
+                f"--corpus {given}: no case of it in {source} (its cases come from {', '.join(files[:4])}"
+                f"{', …' if len(files) > 4 else ''}); measure it first: `nox -s matrix -- --corpus {given} "
+                f"--only-corpus --out build/mine --results build/mine/results`, then pass --results build/mine/results"
+            )
+        chosen += mine
+        said.append(given)
+    if chosen:
+        names = tuple(dict.fromkeys(chosen))
+        return names, f"{len(names)} case{'s' * (len(names) != 1)} from {', '.join(said)}"
+    if not cards:
+        raise HarnessError(
+            f"{source} has no cases.json beside it: pass --cases, --corpus or --all, or regenerate it with `nox -s report`"
+        )
+    safe = tuple(c for c in measured if is_safe_model(cards.get(c, {})))
+    twins = sum(bool(cards.get(c, {}).get("fixes")) for c in safe)
+    kinds = " and ".join(k for k, n in (("the fixed twins", twins), ("the cases with no gotcha", len(safe) - twins)) if n)
+    return safe, f"{len(safe)} cases: {kinds} (--all for every case, --corpus for yours)"
+
+
+def recommend(cells: Sequence[CellRecord], runtime: str, provider: str, cases: Sequence[str], selection: str) -> Answer:
+    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``."""
+    column = [c for c in cells if c.runtime == runtime and c.provider == provider]
+    if not column:
+        providers = sorted({c.provider for c in cells if c.runtime == runtime})
+        raise HarnessError(f"--provider {provider}: {runtime} was measured on {', '.join(providers)} only; pick one of those")
+    ran = [c for c in column if c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR)]
+    if not ran:
+        first = column[0]
+        raise HarnessError(
+            f"{runtime} on {provider}: no cell ran in this table "
+            f"({first.status.value}: {first.error_line or first.note or '?'}); "
+            "nothing to recommend from it"
+        )
+    by_artifact = group_by(column, "exporter", "opset", "case")
+    combos = sorted({(c.exporter, c.opset) for c in column})
+    options = []
+    for exporter, opset in combos:
+        failing = []
+        for case in cases:
+            got = by_artifact.get((exporter, opset, case))
+            if not got:
+                failing.append((case, "not measured here"))
+            elif any(c.status is not Status.PASS for c in got):
+                failing.append((case, why(got)))
+        corpus = {k[2]: v for k, v in by_artifact.items() if k[:2] == (exporter, opset)}
+        passing = sum(all(c.status is Status.PASS for c in got) for got in corpus.values())
+        options.append(Option(exporter, opset, tuple(failing), len(cases), passing, len(corpus)))
+    options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
+    return Answer(runtime, provider, selection, tuple(cases), tuple(options))
+
+
+def render(answer: Answer, *, examples: int = 6) -> str:
+    """The answer as the command prints it."""
+    lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:", ""]
+    best = answer.best
+    if best:
+        lines.append(
+            f"recommended: {best.label}: all {best.selected} selected cases pass every probe "
+            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there)"
+        )
+    else:
+        top = answer.options[0]
+        lines.append(
+            f"no exporter and opset passes every selected case here; the closest is {top.label}, "
+            f"where {len(top.failing)} of {top.selected} fail"
+        )
+    lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
+    for rank, opt in enumerate(answer.options[1:] if best else answer.options):
+        if opt.ok:
+            lines.append(f"  {opt.label}: all {opt.selected} pass ({opt.corpus_pass}/{opt.corpus_total} of the table)")
+            continue
+        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail:")
+        reasons: dict[str, list[str]] = {}
+        for case, reason in opt.failing:
+            reasons.setdefault(reason, []).append(case)
+        cap = len(reasons) if rank == 0 and not best else examples
+        for reason, names in list(reasons.items())[:cap]:
+            shown = ", ".join(names[:examples]) + (f" and {len(names) - examples} more" if len(names) > examples else "")
+            lines.append(f"      {shown}: {reason}")
+        if len(reasons) > cap:
+            lines.append(f"      … and {len(reasons) - cap} more reasons")
+    return "\n".join(lines)
+
+
+def safe_opsets(cells: Sequence[CellRecord], cases: Sequence[str], selection: str) -> list[Answer]:
+    """What ``harness recommend`` answers for every runtime × provider of the table (oldest runtime first);
+    a column where nothing ran has no answer and is left out."""
+    answers = []
+    for runtime, provider in group_by(cells, "runtime", "provider"):
+        try:
+            answers.append(recommend(cells, runtime, provider, cases, selection))
+        except HarnessError:
+            continue
+    order = {pin: i for i, pin in enumerate(runtime_order(a.runtime for a in answers))}
+    return sorted(answers, key=lambda a: (order[a.runtime], a.provider))
+
+
+def per_exporter(answer: Answer) -> dict[str, Option]:
+    """Each exporter's best option: its highest safe opset, or (when none is safe) its closest."""
+    best: dict[str, Option] = {}
+    for opt in answer.options:  # ranked: the first option of an exporter is its best
+        best.setdefault(opt.exporter, opt)
+    return best

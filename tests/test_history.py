@@ -1,0 +1,42 @@
+"""results/history.jsonl: a new run adds a line, the same run reported again replaces its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import history
+
+
+def _entry(run: str, passed: int) -> dict[str, object]:
+    env = {"generated": "2026-12-01 00:00 UTC", "profile": "default", "export": {"torch": "2.13.0+cpu", "onnx": "1.23.2"}}
+    return history.summary(
+        run=run, environment=env, counts={"pass": passed, "mismatch": 2}, cases=3, runtimes=["onnxruntime==1.32.0"]
+    )
+
+
+def test_a_new_run_appends_and_the_same_run_replaces(tmp_path: Path) -> None:
+    path = tmp_path / history.HISTORY
+    history.record(path, _entry("r1", 10))
+    history.record(path, _entry("r2", 11))
+    entries = history.record(path, _entry("r2", 12))  # the report of run r2, regenerated
+    assert [(e["run"], e["counts"]["pass"]) for e in entries] == [("r1", 10), ("r2", 12)]
+    assert history.read(path) == entries
+    assert entries[0]["cells"] == 12 and entries[0]["torch"] == "2.13.0+cpu" and entries[0]["runtimes"] == ["onnxruntime==1.32.0"]
+
+
+def test_a_torn_line_is_skipped_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / history.HISTORY
+    history.record(path, _entry("r1", 10))
+    path.write_text(path.read_text() + '{"run": "r2", "da')
+    assert [e["run"] for e in history.read(path)] == ["r1"]
+    assert [e["run"] for e in history.record(path, _entry("r3", 1))] == ["r1", "r3"]
+
+
+def test_the_run_id_is_the_files_a_run_wrote(tmp_path: Path) -> None:
+    manifest, shard = tmp_path / "manifest.json", tmp_path / "ort-1.32.0-cpu.jsonl"
+    manifest.write_text("{}")
+    shard.write_text('{"case": "a", "seconds": 0.0123}\n')
+    first = history.run_id([shard, manifest])
+    assert history.run_id([manifest, shard]) == first
+    shard.write_text('{"case": "a", "seconds": 0.0124}\n')  # a rerun: same cells, other timings
+    assert history.run_id([manifest, shard]) != first

@@ -1,0 +1,160 @@
+"""harness recommend: its answer for the runtimes users ask about agrees with the published table, worked
+out here independently from matrix.jsonl's raw rows; and the selection, ranking and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import recommend
+from harness.records import CellRecord, Stage, Status, runtime_wide
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+
+
+def harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _version(pin: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in pin.split("==")[1].split("."))
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (RESULTS / "matrix.jsonl").read_text().splitlines()]
+
+
+def _expected(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> tuple[int | None, set[tuple[str, int]]]:
+    """From raw rows: the highest opset at which some exporter passes every probe of every selected case, and
+    the (exporter, opset) pairs that do so there."""
+    failing: set[tuple[str, int]] = set()
+    measured: set[tuple[str, int]] = set()
+    seen: dict[tuple[str, int], set[str]] = {}
+    for r in rows:
+        if r["runtime"] != runtime or r["provider"] != "cpu" or r["case"] not in cases:
+            continue
+        measured.add((r["exporter"], r["opset"]))
+        seen.setdefault((r["exporter"], r["opset"]), set()).add(r["case"])
+        if r["status"] != "pass":
+            failing.add((r["exporter"], r["opset"]))
+    safe = {eo for eo in measured if eo not in failing and seen[eo] == cases}
+    top = max((o for _, o in safe), default=None)
+    return top, {eo for eo in safe if eo[1] == top}
+
+
+ASKED = ["1.16.3", "1.17.3", "1.20.1", "newest"]
+
+
+@pytest.mark.parametrize("asked", ASKED)
+def test_the_answer_agrees_with_the_table(rows: list[dict[str, Any]], asked: str) -> None:
+    pins = sorted({r["runtime"] for r in rows}, key=_version)
+    runtime = pins[-1] if asked == "newest" else f"onnxruntime=={asked}"
+    cards = json.loads((RESULTS / "cases.json").read_text())
+    twins = {name for name, card in cards.items() if card.get("fixes") or not card.get("symptom")}
+    top, winners = _expected(rows, runtime, twins)
+
+    proc = harness("recommend", "--runtime", runtime, "--provider", "cpu", "--results", "results/matrix.jsonl")
+    assert proc.returncode == (0 if top else 1), proc.stderr
+    out = proc.stdout
+    readme = (RESULTS / "README.md").read_text().split("## Newest safe opset per runtime")[1].split("\n## ")[0]
+    line = next(ln for ln in readme.splitlines() if ln.startswith(f"| {runtime} "))
+    if top is None:
+        assert "no exporter and opset passes every selected case here" in out
+        assert "| none (closest:" in line
+        return
+    answer = out.split("recommended: ", 1)[1].split(":", 1)[0]
+    exporter, _, opset = answer.partition(" opset ")
+    assert (exporter, int(opset)) in winners, f"{answer} is not among the safe highest {winners}"
+    assert f"**{exporter} opset {opset}**" in line
+    shown = dict(zip(("torchscript", "dynamo"), [c.strip() for c in line.strip().strip("|").split("|")][3:5], strict=True))
+    for exp, text in shown.items():  # each exporter's highest safe opset, as the README shows it
+        safe = [o for (e, o) in _safe_per_exporter(rows, runtime, twins) if e == exp]
+        if safe:
+            assert text == str(max(safe))
+        else:
+            assert text.startswith("none (opset ")
+
+
+def _safe_per_exporter(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> set[tuple[str, int]]:
+    ok: dict[tuple[str, int], bool] = {}
+    seen: dict[tuple[str, int], set[str]] = {}
+    for r in rows:
+        if r["runtime"] == runtime and r["provider"] == "cpu" and r["case"] in cases:
+            k = (r["exporter"], r["opset"])
+            ok[k] = ok.get(k, True) and r["status"] == "pass"
+            seen.setdefault(k, set()).add(r["case"])
+    return {k for k, v in ok.items() if v and seen[k] == cases}
+
+
+def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None:
+    pins = sorted({r["runtime"] for r in rows}, key=_version)
+    proc = harness("recommend", "--runtime", pins[-1], "--cases", "frozen_batch_fixed,fft_rfft_matmul")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 cases from --cases" in proc.stdout and "recommended: " in proc.stdout
+    everything = harness("recommend", "--runtime", pins[-1], "--all")
+    assert everything.returncode == 1, "no option passes every gotcha: that is what the corpus is for"
+    assert "no exporter and opset passes every selected case" in everything.stdout and "frozen_batch" in everything.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--runtime", "1.17.1"],
+            "onnxruntime==1.17.1 is not in results/matrix.jsonl; nearest measured: onnxruntime==1.17.3, onnxruntime==1.16.3",
+        ),
+        (["--runtime", "1.99.0"], "nearest measured: onnxruntime==1.32.0"),
+        (["--runtime", "1.17.3", "--provider", "cuda"], "--provider cuda: onnxruntime==1.17.3 was measured on cpu only"),
+        (["--runtime", "1.17.3", "--cases", "frozen_bach"], "did you mean 'frozen_batch'?"),
+        (["--runtime", "1.17.3", "--corpus", "examples/my_models.py"], "nox -s matrix -- --corpus examples/my_models.py"),
+        (["--runtime", "1.17.3", "--results", "nowhere/matrix.jsonl"], "nowhere/matrix.jsonl: no such file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    proc = harness("recommend", *args)
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+def _cell(case: str, exporter: str, opset: int, status: Status, runtime: str = "onnxruntime==1.20.1") -> CellRecord:
+    return CellRecord(case, exporter, opset, runtime, "cpu", "example", status, Stage.COMPARE)
+
+
+def test_ranking_highest_opset_first_then_the_broader_corpus() -> None:
+    cells = [
+        _cell("mine", "torchscript", 20, Status.PASS),
+        _cell("mine", "dynamo", 20, Status.PASS),
+        _cell("mine", "dynamo", 18, Status.PASS),
+        _cell("mine", "torchscript", 18, Status.MISMATCH),
+        _cell("gotcha", "dynamo", 20, Status.PASS),
+        _cell("gotcha", "torchscript", 20, Status.LOAD_FAIL),
+        _cell("gotcha", "dynamo", 18, Status.PASS),
+        _cell("gotcha", "torchscript", 18, Status.PASS),
+    ]
+    answer = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["mine"], "1 case")
+    assert [(o.exporter, o.opset, o.ok) for o in answer.options] == [
+        ("dynamo", 20, True),  # ties torchscript 20 on the selection; 2 of 2 corpus cases pass, torchscript 1
+        ("torchscript", 20, True),
+        ("dynamo", 18, True),
+        ("torchscript", 18, False),
+    ]
+    assert answer.best is not None and answer.best.label == "dynamo opset 20"
+    text = recommend.render(answer)
+    assert "torchscript opset 18: 1 of 1 fail" in text and "mine: mismatch on every probe" in text
+
+
+def test_a_column_where_nothing_ran_has_no_answer() -> None:
+    cells = [_cell("a", "dynamo", 18, Status.PASS, "onnxruntime==1.17.3")]
+    cells += [runtime_wide("onnxruntime==1.20.1", "cpu", {}, status=Status.ENV_ERROR, error_line="onnxruntime fails to import")]
+    from harness.published import spread_wide
+
+    with pytest.raises(recommend.HarnessError, match=r"no cell ran in this table \(env-error: onnxruntime fails to import\)"):
+        recommend.recommend(spread_wide(cells), "onnxruntime==1.20.1", "cpu", ["a"], "1 case")
