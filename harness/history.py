@@ -8,6 +8,7 @@ library only.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -26,14 +27,20 @@ def run_id(files: Iterable[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def finished(files: Iterable[Path]) -> str:
+    """When a run wrote the last of its files (UTC): the run's date, however often it is reported."""
+    latest = max(p.stat().st_mtime for p in files)
+    return dt.datetime.fromtimestamp(latest, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def summary(
-    *, run: str, environment: Mapping[str, Any], counts: Mapping[str, int], cases: int, runtimes: Sequence[str]
+    *, run: str, date: str, environment: Mapping[str, Any], counts: Mapping[str, int], cases: int, runtimes: Sequence[str]
 ) -> dict[str, Any]:
     """The line a run adds: date, versions, counts by status."""
     export = environment.get("export", {})
     return {
         "run": run,
-        "date": environment.get("generated"),
+        "date": date,
         "profile": environment.get("profile"),
         "torch": export.get("torch"),
         "onnx": export.get("onnx"),

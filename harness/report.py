@@ -129,9 +129,12 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     newest = max({c.runtime for c in cells}, key=lambda pin: version_tuple(pin.split("==")[-1]))
     verdicts = {r.case: _claims(r, cells, newest) for r in exports}
 
-    runs = [out / MANIFEST, *(shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
+    runs = [
+        p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)) if p.exists()
+    ]
     entry = history.summary(
-        run=history.run_id(p for p in runs if p.exists()),
+        run=history.run_id(runs),
+        date=history.finished(runs),
         environment=environment,
         counts=counts,
         cases=df["case"].nunique(),

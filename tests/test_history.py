@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness import history
@@ -9,8 +10,9 @@ from harness import history
 
 def _entry(run: str, passed: int) -> dict[str, object]:
     env = {"generated": "2026-12-01 00:00 UTC", "profile": "default", "export": {"torch": "2.13.0+cpu", "onnx": "1.23.2"}}
+    counts = {"pass": passed, "mismatch": 2}
     return history.summary(
-        run=run, environment=env, counts={"pass": passed, "mismatch": 2}, cases=3, runtimes=["onnxruntime==1.32.0"]
+        run=run, date="2026-12-01 00:00 UTC", environment=env, counts=counts, cases=3, runtimes=["onnxruntime==1.32.0"]
     )
 
 
@@ -40,3 +42,6 @@ def test_the_run_id_is_the_files_a_run_wrote(tmp_path: Path) -> None:
     assert history.run_id([manifest, shard]) == first
     shard.write_text('{"case": "a", "seconds": 0.0124}\n')  # a rerun: same cells, other timings
     assert history.run_id([manifest, shard]) != first
+    os.utime(shard, (1_764_547_200, 1_764_547_200))  # 2025-12-01 00:00 UTC
+    os.utime(manifest, (1_764_547_100, 1_764_547_100))
+    assert history.finished([manifest, shard]) == "2025-12-01 00:00 UTC"
