@@ -67,8 +67,9 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 
 def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Append ``entry`` (or replace the entry of the same run) and return the whole history."""
+    """Add ``entry`` (replacing the entry of the same run) and return the whole history, oldest run first."""
     entries = [e for e in read(path) if e.get("run") != entry["run"]] + [dict(entry)]
+    entries.sort(key=lambda e: str(e.get("date") or ""))  # stable: runs of the same minute keep their order
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries), encoding="utf-8")
     os.replace(tmp, path)

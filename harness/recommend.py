@@ -185,8 +185,9 @@ def render(answer: Answer, *, examples: int = 6) -> str:
     lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:", ""]
     best = answer.best
     if best:
+        every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"
         lines.append(
-            f"recommended: {best.label}: all {best.selected} selected cases pass every probe "
+            f"recommended: {best.label}: {every} every probe "
             f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there)"
         )
     else:

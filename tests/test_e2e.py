@@ -239,10 +239,19 @@ def test_diff_between_two_real_runs_with_a_changed_runtime_pin(smoke: dict, buil
     )
 
 
-def test_the_readme_user_corpus_example(smoke: dict) -> None:  # type: ignore[type-arg]
-    """`--corpus examples/my_models.py`: its probe file is a probe, and the report ends with its rows."""
+def test_the_readme_user_corpus_example(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    """`--corpus examples/my_models.py`: its probe file is a probe, the report ends with its rows, and
+    `harness recommend --corpus examples/my_models.py` answers for it from that report."""
     mine = {k: c for k, c in smoke.items() if k[0] == "my_classifier"}
     assert {k[4] for k in mine} == {"example", "batch5_odd", "gradients", "batch3"}
     assert {c["status"] for k, c in mine.items() if k[3] == NEWEST.version} == {"pass"}
     assert "Your cases:" in OUTPUT["stdout"]
     assert "| my_classifier | torchscript |      17 |" in OUTPUT["stdout"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "recommend", "--runtime", NEWEST.pin, "--corpus", "examples/my_models.py",
+         "--results", str(build / "results")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{NEWEST.pin} on cpu, 1 case from examples/my_models.py:" in proc.stdout
+    assert "recommended: " in proc.stdout and "the 1 selected case passes every probe" in proc.stdout

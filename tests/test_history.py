@@ -45,3 +45,11 @@ def test_the_run_id_is_the_files_a_run_wrote(tmp_path: Path) -> None:
     os.utime(shard, (1_764_547_200, 1_764_547_200))  # 2025-12-01 00:00 UTC
     os.utime(manifest, (1_764_547_100, 1_764_547_100))
     assert history.finished([manifest, shard]) == "2025-12-01 00:00 UTC"
+
+
+def test_a_run_reported_again_keeps_its_place_in_time(tmp_path: Path) -> None:
+    path = tmp_path / history.HISTORY
+    old, new = _entry("r1", 10) | {"date": "2026-11-30 03:00 UTC"}, _entry("r2", 11) | {"date": "2026-12-01 03:00 UTC"}
+    history.record(path, old)
+    history.record(path, new)
+    assert [e["run"] for e in history.record(path, old | {"cases": 4})] == ["r1", "r2"]
