@@ -170,6 +170,14 @@ def latency_bench(session: nox.Session) -> None:
 
 
 @nox.session
+def page_bench(session: nox.Session) -> None:
+    """How fast the published table answers: index.html in headless Chromium, recommend, diff (bench/)."""
+    session.install("playwright>=1.40", "pytest>=8")  # pytest: the browser helper lives in tests/
+    _harness(session)
+    session.run("python", str(ROOT / "bench" / "page_bench.py"), *session.posargs)  # e.g. -- --rounds 7
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """ruff, mypy, then pytest (real torch, real onnxruntime, real nox + uv)."""
     _install_torch(session)

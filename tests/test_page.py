@@ -147,7 +147,8 @@ def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: 
         p.page.fill("#f-case", "frozen_batch")
         row = p.page.locator("#grid tbody tr", has=p.page.locator("td.name", has_text=re.compile("^frozen_batch$")))
         cell = row.locator("td.c")
-        assert failing["status"] in (cell.get_attribute("title") or "")
+        cell.hover()
+        assert failing["status"] in (cell.get_attribute("title") or "") and failing["error_line"] in cell.get_attribute("title")
         cell.click()
         text = p.page.locator("#details").text_content() or ""
         assert failing["status"] in text and failing["error_line"] in text
