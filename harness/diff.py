@@ -111,12 +111,8 @@ def diff(old: Sequence[CellRecord], new: Sequence[CellRecord], *, pair: bool = T
     old, new = spread_wide(old, where), spread_wide(new, where)
     pairs = pair_runtimes({c.runtime for c in old}, {c.runtime for c in new}) if pair else []
     rename = dict(pairs)
-
-    def key(c: CellRecord, runtime: str) -> tuple[str, ...]:
-        return (c.case, c.exporter, f"op{c.opset}", runtime, c.provider, c.probe)
-
-    olds = {key(c, rename.get(c.runtime, c.runtime)): c for c in old}
-    news = {key(c, c.runtime): c for c in new}
+    olds = {(c.replace(runtime=rename[c.runtime]) if c.runtime in rename else c).key: c for c in old}
+    news = {c.key: c for c in new}
     changes: list[Change] = []
     unchanged = 0
     for k, n in news.items():
