@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept and a rerun resumes", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader stopped early (`harness diff a b | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail again
+        return 141  # 128 + SIGPIPE, as a shell reports it
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -131,3 +131,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     garbled = harness("diff", str(good), str(bad))
     assert garbled.returncode == 2 and garbled.stderr.count("\n") == 1
     assert f"{bad}:7: not a cell record" in garbled.stderr and "Traceback" not in garbled.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`harness diff a b | head -1`: the pipe closes under the command, which stops quietly."""
+    old = write(tmp_path / "old.jsonl", OLD)
+    new = write(tmp_path / "new.jsonl", [cell(f"case{i}", Status.PASS) for i in range(5000)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "diff", str(old), str(new), "--limit", "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"harness diff:")
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    with proc.stderr:
+        assert b"Traceback" not in proc.stderr.read()
