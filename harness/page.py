@@ -95,7 +95,8 @@ def data(
     details = _Interned()
     pins = runtime_order(c.runtime for c in cells)
     providers = sorted({c.provider for c in cells})
-    columns = [(pin, p) for pin in pins for p in providers if any(c.runtime == pin and c.provider == p for c in cells)]
+    measured = {(c.runtime, c.provider) for c in cells}
+    columns = [(pin, p) for pin in pins for p in providers if (pin, p) in measured]
     col_index = {col: i for i, col in enumerate(columns)}
     case_names = list(dict.fromkeys(r.case for r in exports))
     case_index = {name: i for i, name in enumerate(case_names)}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.matrix import version_tuple
 from harness.records import CellRecord, Status
 
 CASES = "cases.json"
@@ -86,8 +86,10 @@ def read_cases(path: str | Path) -> dict[str, dict[str, str]]:
 
 
 def runtime_key(pin: str) -> tuple[Any, ...]:
-    """Sorts runtime pins oldest first: package, then version."""
-    return pin.split("==")[0], version_tuple(pin.split("==")[-1]), pin
+    """``onnxruntime==1.17.3`` → ("onnxruntime", (1, 17, 3), "1.17.3"): sorts pins oldest first, numerically."""
+    package, _, version = pin.partition("==")
+    parts = tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
+    return (package, parts, version)
 
 
 def runtime_order(pins: Iterable[str]) -> list[str]:

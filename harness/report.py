@@ -141,7 +141,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         runtimes=[rt.pin for rt in profile.runtimes if rt.pin in set(df["runtime"])],
     )
     trend = history.record(results / history.HISTORY, entry)
-    figures = _plots(results, df, _runtime_order(df["column"]))
+    folded = _fold_cases(df)
+    figures = _plots(results, df, folded, _runtime_order(df["column"]))
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
     safe = recommend.safe_opsets(cells, names, selection)
     payload = page.data(
@@ -149,8 +150,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     )
     _write_text(results / "index.html", page.render(payload))
 
-    text = _markdown(df, exports, environment, counts, profile, verdicts, safe=safe, trend=trend, figures=figures)
-    (results / "README.md").write_text(text, encoding="utf-8")
+    text = _markdown(df, exports, environment, counts, profile, verdicts, folded=folded, safe=safe, trend=trend, figures=figures)
+    _write_text(results / "README.md", text)
     summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -166,6 +167,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
 
 
 def _write_text(path: Path, text: str) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of it."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -248,11 +250,7 @@ def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
 
 
 def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
+    _write_text(path, "".join(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n" for row in rows))
 
 
 def _runtime_order(columns: Iterable[str]) -> list[str]:
@@ -291,6 +289,7 @@ def _markdown(
     profile: Profile,
     verdicts: dict[str, list[str]],
     *,
+    folded: pd.Series,
     safe: list[recommend.Answer],
     trend: list[dict[str, Any]],
     figures: list[tuple[str, str]],
@@ -324,7 +323,7 @@ def _markdown(
     ]
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
-    lines += _runtime_summary(df, columns, cases)
+    lines += _runtime_summary(folded, columns, cases)
     if figures:
         lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in figures] + [""]
     lines += _trend_lines(trend)
@@ -382,11 +381,16 @@ def _safe_lines(answers: list[recommend.Answer]) -> list[str]:
     ]
 
 
-def _runtime_summary(df: pd.DataFrame, columns: list[str], cases: list[str]) -> list[str]:
-    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by status."""
-    per_case = df.groupby(["column", "exporter", "opset", "case"], observed=True)["status"].agg(
+def _fold_cases(df: pd.DataFrame) -> pd.Series:
+    """Each case's status per runtime column × exporter × opset: the worst over its probes (pass only when
+    every probe passed). The summary per runtime and the pass-rate plot both count these."""
+    return df.groupby(["column", "exporter", "opset", "case"], observed=True)["status"].agg(
         lambda s: max(s, key=lambda v: Status(v).severity)
     )
+
+
+def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str]) -> list[str]:
+    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by status."""
     combos = sorted({(e, o) for _, e, o, _ in per_case.index}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
     rows = []
     details = []
@@ -465,15 +469,13 @@ REPRESENTATIVE = 5
 """How many cases the latency plot follows: spread over the range of latencies of the newest runtime."""
 
 
-def _plots(results: Path, df: pd.DataFrame, columns: list[str]) -> list[tuple[str, str]]:
+def _plots(results: Path, df: pd.DataFrame, folded: pd.Series, columns: list[str]) -> list[tuple[str, str]]:
     """Write results/plots/*.svg; return (title, path relative to results/) for the README."""
     folder = results / "plots"
     folder.mkdir(exist_ok=True)
     figures = []
-    per_case = df.groupby(["exporter", "opset", "column", "case"], observed=True)["status"].agg(
-        lambda s: bool((s == "pass").all())
-    )
-    rate = per_case.groupby(["exporter", "opset", "column"], observed=True).mean() * 100
+    passed = (folded == Status.PASS.value).reorder_levels(["exporter", "opset", "column", "case"])
+    rate = passed.groupby(level=["exporter", "opset", "column"], observed=True).mean() * 100
     series = {}
     for exporter, opset in sorted({(e, o) for e, o, _ in rate.index}):
         series[f"{exporter} opset {opset}"] = [

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.published import runtime_key
 from harness.records import CellRecord, ExportRecord, Status
 
 REPRO_DIR = "repro"
@@ -272,13 +273,6 @@ if __name__ == "__main__":
 '''
 
 
-def _version_key(pin: str) -> tuple[Any, ...]:
-    """``onnxruntime==1.17.3`` → ("onnxruntime", (1, 17, 3)): numeric order, not string order."""
-    package, _, version = pin.partition("==")
-    parts = tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
-    return (package, parts, version)
-
-
 def _doc_text(text: str) -> str:
     """Text safe inside a triple-quoted, non-raw docstring, on one line."""
     return " ".join(text.split()).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
@@ -323,9 +317,9 @@ def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], co
         for pin, hit in by_pin.items():
             probe_list = tuple(sorted(hit, key=lambda p: (order.get(p, len(order)), p)))
             merged.setdefault((*what, probe_list), []).append(pin)
-    rows = sorted(merged.items(), key=lambda kv: (min(_version_key(p) for p in kv[1]), kv[0]))
+    rows = sorted(merged.items(), key=lambda kv: (min(runtime_key(p) for p in kv[1]), kv[0]))
     for (provider, status, error, loc, opt, probe_list), pins in rows:
-        pins = sorted(pins, key=_version_key)
+        pins = sorted(pins, key=runtime_key)
         head = f"{', '.join(pins)} ({provider}), probe{'s' if len(probe_list) > 1 else ''} {', '.join(probe_list)}: {status}"
         lines += _wrap(_doc_text(f"{head}: {error}" if error else head), "- ", "    ")
         if loc:
@@ -344,7 +338,7 @@ def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], co
     providers_of: dict[str, set[str]] = {}
     for c in cells:
         providers_of.setdefault(c.runtime, set()).add(c.provider)
-    for pin in sorted(providers_of, key=_version_key):
+    for pin in sorted(providers_of, key=runtime_key):
         reqs = " ".join(f'"{r}"' for r in (pin, *constraints.get(pin, ())))
         lines.append(f"    pip install {_doc_text(reqs)}")
         for provider in sorted(providers_of[pin]):
