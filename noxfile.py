@@ -24,6 +24,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from harness import plan  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from harness.matrix import load  # noqa: E402
 
@@ -31,6 +32,9 @@ nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 nox.options.error_on_missing_interpreters = True
+# Environments are kept between runs (each session still installs its pins, a no-op when they hold):
+# a rerun then costs what changed, not 20 environments. `nox -s matrix --reuse-venv=no` rebuilds them.
+nox.options.reuse_venv = "yes"
 
 try:
     MATRIX = load(ROOT / "matrix.toml")
@@ -122,6 +126,7 @@ def export(session: nox.Session) -> None:
     corpus = [a for c in ns.corpus for a in ("--corpus", c)]
     corpus += ["--only-corpus"] if ns.only_corpus else []
     corpus += ["--cases", ns.cases] if ns.cases else []
+    corpus += ["--force"] if ns.force else []
     session.run("harness", "export", *_common(ns), *corpus, env={"PYTHONUTF8": "1"})
 
 
@@ -152,13 +157,32 @@ def report(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
-    """The whole job: export → run on every runtime of the profile → report."""
+    """The whole job: export → run on every runtime of the profile → report; a stage that is up to
+    date (harness.plan: same inputs, same files, every cache entry whole) is not started."""
     ns = _options(session.posargs)
     os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
-    session.notify("export", session.posargs)
-    for rt in MATRIX.profile(ns.profile).runtimes:
-        session.notify(f"run({rt.id})", session.posargs)
-    session.notify("report", session.posargs)
+    profile = MATRIX.profile(ns.profile)
+    cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None
+    todo = plan.plan(
+        MATRIX,
+        profile,
+        ROOT / ns.out,
+        ROOT / ns.results,
+        corpus=plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus),
+        cases=cases,
+        force=ns.force,
+    )
+    for line in todo.lines():
+        session.log(line)
+    if todo.export:
+        session.notify("export", session.posargs)
+    for rt in profile.runtimes:
+        if todo.runs[rt.id]:
+            session.notify(f"run({rt.id})", session.posargs)
+    if todo.report:
+        session.notify("report", session.posargs)
+    if todo.idle:
+        session.log(f"nothing to do: {ns.results} is up to date (`nox -s matrix -- --force` redoes everything)")
 
 
 @nox.session
@@ -175,6 +199,14 @@ def page_bench(session: nox.Session) -> None:
     session.install("playwright>=1.40", "pytest>=8")  # pytest: the browser helper lives in tests/
     _harness(session)
     session.run("python", str(ROOT / "bench" / "page_bench.py"), *session.posargs)  # e.g. -- --rounds 7
+
+
+@nox.session
+def polygraphy_bench(session: nox.Session) -> None:
+    """The harness against `polygraphy run --onnxrt` on the same artifacts and runtime (bench/; after an export)."""
+    session.install(*REFERENCE_PKGS, "polygraphy")
+    _harness(session)
+    session.run("python", str(ROOT / "bench" / "polygraphy_bench.py"), *session.posargs)  # e.g. -- --build build --sample 40
 
 
 @nox.session

@@ -49,12 +49,18 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     _corpus_arg(p)
     p.add_argument("--workers", type=int, default=None, help="export processes (default: [run] workers)")
+    p.add_argument("--force", action="store_true", help="export everything again, ignoring the cache")
+
+    p = sub.add_parser("plan", help="say which stages a rerun of the profile would run, and why (runs nothing)")
+    _common(p)
+    _corpus_arg(p)
+    p.add_argument("--results", default=None, help="the report's folder (default as for `report`)")
 
     p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
     _common(p)
     p.add_argument("--runtime", required=True, help="pin, id or version: onnxruntime==1.17.3, ort-1.17.3, 1.17.3")
     p.add_argument("--provider", action="append", default=[], help="override the profile's providers")
-    p.add_argument("--force", action="store_true", help="redo every cell, ignoring the shard")
+    p.add_argument("--force", action="store_true", help="redo every cell, ignoring the cache")
     p.add_argument("--no-latency", action="store_true", help="skip the latency phase")
 
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
@@ -95,8 +101,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
-    base = [] if args.only_corpus else list(matrix.corpus)
-    return base + [c for c in args.corpus if c not in base]
+    from harness.plan import corpus_sources
+
+    return corpus_sources(matrix, args.corpus, args.only_corpus)
 
 
 def _cases(args: argparse.Namespace) -> list[str] | None:
@@ -162,12 +169,27 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{case.name:<32} {tag}")
         print(f"{len(registry)} cases")
         return _problems(registry.problems)
+    if args.command == "plan":
+        from harness import plan
+
+        results = Path(args.results) if args.results else profile.results(out)
+        todo = plan.plan(matrix, profile, out, results, corpus=_corpus(matrix, args), cases=_cases(args))
+        print("\n".join(todo.lines()))
+        return 0
     if args.command == "export":
         from harness import export
 
         t0 = time.perf_counter()
         records, problems = export.export_all(
-            matrix, profile, _corpus(matrix, args), out, root=root, workers=args.workers, cases=_cases(args), echo_error=_error
+            matrix,
+            profile,
+            _corpus(matrix, args),
+            out,
+            root=root,
+            workers=args.workers,
+            cases=_cases(args),
+            force=args.force,
+            echo_error=_error,
         )
         ok = sum(r.ok for r in records)
         print(f"exported {ok}/{len(records)} artifacts in {time.perf_counter() - t0:.1f}s → {out / 'artifacts'}")

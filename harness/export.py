@@ -15,8 +15,10 @@ that crashes or hangs costs its own artifact only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib
+import importlib.util
 import io
 import json
 import logging
@@ -30,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import cache
 from harness import corpus as corpus_mod
 from harness.errors import HarnessError
 from harness.matrix import Matrix, Profile
@@ -54,19 +57,8 @@ def init_worker(sources: Sequence[str], root: str, settings: dict[str, Any]) -> 
     _SETTINGS = settings
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically: a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+write_json = cache.write_json
+sha256 = cache.sha256_file
 
 
 def versions() -> dict[str, str]:
@@ -89,9 +81,9 @@ def export_one(task: dict[str, Any]) -> dict[str, Any]:
     """Worker entry: export one artifact, write its files, return its record."""
     assert _REGISTRY is not None, "init_worker was not called"
     key = ArtifactKey(task["case"], task["exporter"], task["opset"])
-    out_dir = Path(task["out"]) / key.id
+    out_dir = Path(task["dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = _export(_REGISTRY[key.case], key, out_dir)
+    record = dataclasses.replace(_export(_REGISTRY[key.case], key, out_dir), cache_key=task["key"])
     write_json(out_dir / "export.json", record.to_dict())
     return record.to_dict()
 
@@ -227,6 +219,7 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
     arrays: dict[str, Any] = {}
     probe_errors: dict[str, str] = {}
     n_outputs = 0
+    timing: dict[str, float] = {}
     for probe, inputs in probes.items():
         try:
             torch.manual_seed(0)
@@ -240,8 +233,9 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         for i, value in enumerate(outs):
             arrays[f"{probe}/out/{i}"] = _to_numpy(value)
         n_outputs = len(outs)
+    timing["torch"] = time.perf_counter() - start
     if "example" in probe_errors:
-        return fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors)
+        return fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors, timing=timing)
     np.savez(out_dir / "reference.npz", **arrays)
     base.update(
         probes=tuple(p for p in probes if p not in probe_errors),
@@ -255,6 +249,7 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
             seconds=0.0,
             error_class="Skipped",
             error_line=case.skip_reason or f"case does not apply to the {key.exporter} exporter",
+            timing=timing,
             **base,
         )
 
@@ -262,21 +257,27 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
     output_names = [f"out{i}" for i in range(n_outputs)]
     error: Exception | None = None
     program: Any = None
+    t_export = time.perf_counter()
     with _capture() as caught:  # filled when the block exits
         try:
             program = _run_exporter(case, key, model, example, output_names, path)
         except Exception as exc:
             error = exc
+    timing["export"] = time.perf_counter() - t_export
     if error is None and not path.exists():
         error = RuntimeError("the exporter returned without writing a model")
     if error is not None:
         path.unlink(missing_ok=True)
-        return fail(error, warnings=tuple(caught))
+        return fail(error, warnings=tuple(caught), timing=timing)
     seconds = time.perf_counter() - start
     facts = _inspect(path)
     ran = {p: v for p, v in probes.items() if p not in probe_errors}
+    t_reference = time.perf_counter()
     reference = _reference(out_dir, ran, program, atol=atol, rtol=rtol)
-    return ExportRecord(ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), **facts, **reference, **base)
+    timing["reference"] = time.perf_counter() - t_reference
+    return ExportRecord(
+        ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), timing=timing, **facts, **reference, **base
+    )
 
 
 def _run_exporter(
@@ -463,6 +464,39 @@ def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
     return [ArtifactKey(c.name, e, o) for c in registry for e in profile.exporters for o in profile.opsets]
 
 
+STAMP = "export.stamp.json"
+STORE = Path("cache") / "exports"
+
+
+def settings_of(matrix: Matrix) -> dict[str, Any]:
+    """The export settings an artifact's files depend on (besides its case and the versions)."""
+    return {
+        "atol": matrix.atol,
+        "rtol": matrix.rtol,
+        "batch_sizes": list(matrix.batch_sizes),
+        "reference": matrix.export.onnxruntime,
+        # A quarter of the export's own budget: a reference that hangs costs the localization, not the export.
+        "reference_timeout": matrix.run.timeout / 4,
+    }
+
+
+def stamp_settings(matrix: Matrix, profile: Profile, corpus: Sequence[str], cases: Sequence[str] | None) -> dict[str, Any]:
+    """What decides which artifacts an export writes, from matrix.toml and the command line alone:
+    :mod:`harness.plan` compares it with the last export's stamp without starting the environment."""
+    return {
+        "settings": settings_of(matrix),
+        "pins": dataclasses.asdict(matrix.export),
+        "exporters": list(profile.exporters),
+        "opsets": list(profile.opsets),
+        "corpus": list(corpus),
+        "cases": sorted(cases) if cases is not None else None,
+    }
+
+
+# Failures that depend on the machine or on luck (a crash, a hang): never cached, exported again next time.
+_NOT_CACHED = ("ExporterCrash", "ExporterTimeout", "HarnessBug")
+
+
 def export_all(
     matrix: Matrix,
     profile: Profile,
@@ -472,10 +506,17 @@ def export_all(
     root: Path,
     workers: int | None = None,
     cases: Sequence[str] | None = None,
+    force: bool = False,
     echo: Any = print,
     echo_error: Any = _stderr,
 ) -> tuple[list[ExportRecord], list[str]]:
-    """Export every artifact of ``profile``; write the manifest; return the records and the corpus problems."""
+    """Export every artifact of ``profile`` that the store does not already hold; write the manifest
+    and the stamp; return the records and the corpus problems.
+
+    An artifact is reused when its key (:func:`harness.cache.export_key`) has a whole entry in the
+    store (every file's hash checked); ``force`` exports everything again.
+    """
+    t0 = time.perf_counter()
     registry = corpus_mod.load(corpus, root)  # problems are one line each; the other cases still export
     for problem in registry.problems:
         echo_error(problem)
@@ -488,20 +529,26 @@ def export_all(
     art_dir = out / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    settings: dict[str, Any] = {
-        "atol": matrix.atol,
-        "rtol": matrix.rtol,
-        "batch_sizes": list(matrix.batch_sizes),
-        "versions": versions(),
-        "reference": matrix.export.onnxruntime,
-        # A quarter of the export's own budget: a reference that hangs costs the localization, not the export.
-        "reference_timeout": matrix.run.timeout / 4,
-    }
-    tasks = [{"case": k.case, "exporter": k.exporter, "opset": k.opset, "out": str(art_dir)} for k in keys]
+    store = cache.ExportStore(out / STORE)
+    settings = {**settings_of(matrix), "versions": versions()}
+    key_settings = {k: v for k, v in settings.items() if k != "reference_timeout"}  # a budget, not an input
+    # The case's source: importing what its factories build (torch, in this environment) is part of it.
+    sources = {name: cache.case_digest(registry[name]) for name in dict.fromkeys(k.case for k in keys)}
+    address = {k.id: cache.export_key(sources[k.case], k.id, k.exporter, k.opset, key_settings) for k in keys}
     records: dict[str, ExportRecord] = {}
-    broken: set[str] = set()
+    tasks = []
+    for k in keys:
+        why = "forced" if force else store.check(address[k.id])
+        if why is None:
+            store.link(address[k.id], art_dir / k.id)
+            records[k.id] = ExportRecord.from_dict(json.loads((art_dir / k.id / "export.json").read_text(encoding="utf-8")))
+            continue
+        if why not in ("forced", "not cached"):  # a damaged entry is said and redone, never used
+            echo(f"export {k.id}: cache entry {why}: exporting again")
+        tmp = store.begin(address[k.id])
+        tasks.append({"case": k.case, "exporter": k.exporter, "opset": k.opset, "dir": str(tmp), "key": address[k.id]})
+    echo(f"export: {len(keys)} artifacts, {len(keys) - len(tasks)} cached, {len(tasks)} to export")
     n = workers or matrix.run.worker_count
-    t0 = time.perf_counter()
     for outcome in run_tasks(
         "harness.export:export_one",
         tasks,
@@ -514,6 +561,7 @@ def export_all(
         preload=_preload_modules(out / "logs"),
     ):
         key = ArtifactKey(outcome.task["case"], outcome.task["exporter"], outcome.task["opset"])
+        tmp = Path(outcome.task["dir"])
         if outcome.kind == "ok":
             rec = ExportRecord.from_dict(outcome.value)
         else:
@@ -529,24 +577,78 @@ def export_all(
                 error_line=first_line(detail),
                 error=detail,
                 versions=settings["versions"],
+                cache_key=outcome.task["key"],
             )
-            (art_dir / key.id).mkdir(exist_ok=True)
-            write_json(art_dir / key.id / "export.json", rec.to_dict())
+            for old in tmp.iterdir():  # what the dead exporter left behind
+                old.unlink()
+            write_json(tmp / "export.json", rec.to_dict())
+        if rec.error_class in _NOT_CACHED:
+            store.place(tmp, art_dir / key.id)
+        else:
+            store.commit(outcome.task["key"], key.id, tmp)
+            store.link(outcome.task["key"], art_dir / key.id)
         records[key.id] = rec
-        if _user_error(rec) and key.case not in broken:  # the case's own code failed: say so once, by name
-            broken.add(key.case)
-            registry.problems.append(f"{registry[key.case].source_file}: case {key.case!r}: {rec.error_line}")
-            echo_error(registry.problems[-1])
         mark = "ok" if rec.ok else (rec.error_class or "fail")
         echo(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s")
-    write_json(
-        out / MANIFEST,
-        {
-            "profile": profile.name,
-            "artifacts": [k.id for k in keys],
-            "versions": settings["versions"],
-            "seconds": round(time.perf_counter() - t0, 2),
-            "problems": registry.problems,
-        },
+    broken: set[str] = set()
+    for k in keys:
+        rec = records[k.id]
+        if _user_error(rec) and k.case not in broken:  # the case's own code failed: say so once, by name
+            broken.add(k.case)
+            registry.problems.append(f"{registry[k.case].source_file}: case {k.case!r}: {rec.error_line}")
+            echo_error(registry.problems[-1])
+    manifest = {
+        "profile": profile.name,
+        "artifacts": [k.id for k in keys],
+        "versions": settings["versions"],
+        "problems": registry.problems,
+    }
+    write_json(out / MANIFEST, manifest)
+    store.prune(address.values())
+    _stamp(
+        out, root, matrix, profile, corpus, cases, registry, [records[k.id] for k in keys], len(tasks), time.perf_counter() - t0
     )
     return [records[k.id] for k in keys], list(registry.problems)
+
+
+def _stamp(
+    out: Path,
+    root: Path,
+    matrix: Matrix,
+    profile: Profile,
+    corpus: Sequence[str],
+    cases: Sequence[str] | None,
+    registry: corpus_mod.Registry,
+    records: list[ExportRecord],
+    exported: int,
+    seconds: float,
+) -> None:
+    """What this export read (files, settings, environment) and wrote, for :mod:`harness.plan`. It is
+    ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
+    extra: list[str] = [str(_corpus_file(c, root)) for c in corpus] + [str(cache.PACKAGE / n) for n in cache.EXPORT_CODE]
+    for case in registry:
+        extra += cache.lazy_files(case) + [str(p) for p in cache.probe_files(case)]
+    cache.write_json(
+        out / STAMP,
+        {
+            "inputs": stamp_settings(matrix, profile, corpus, cases),
+            "files": cache.project_files(extra),
+            "env": cache.environment(),
+            "complete": not registry.problems and all(r.error_class not in _NOT_CACHED for r in records),
+            "artifacts": {r.key.id: {"key": r.cache_key, "digest": r.digest} for r in records},
+            "stats": {
+                "seconds": round(seconds, 3),
+                "artifacts": len(records),
+                "exported": exported,
+                "floor": {k: round(sum(r.timing.get(k, 0.0) for r in records), 3) for k in ("torch", "export", "reference")},
+            },
+        },
+    )
+
+
+def _corpus_file(source: str, root: Path) -> Path:
+    """The file of a corpus source (a dotted module or a .py path), imported or not."""
+    if source.endswith(".py") or "/" in source:
+        return Path(source) if Path(source).is_absolute() else root / source
+    spec = importlib.util.find_spec(source) if importlib.util.find_spec(source.split(".")[0]) else None
+    return Path(spec.origin) if spec is not None and spec.origin else root / source

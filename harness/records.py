@@ -199,6 +199,13 @@ class ExportRecord:
     card: dict[str, str] = dataclasses.field(default_factory=dict)
     claims: tuple[dict[str, Any], ...] = ()
     """The case's :class:`~harness.corpus.Claim` s, as dicts: where its gotcha was reproduced."""
+    cache_key: str | None = None
+    """The export's content address (:func:`harness.cache.export_key`): the case's source, the versions,
+    the exporter, the opset and the settings. Equal keys, equal artifacts."""
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds of the work itself, the floor a benchmark compares the wall time with: ``torch`` (building
+    the model and torch's reference outputs), ``export`` (the exporter call), ``reference`` (the
+    reference runtime's pass over every node, in its child process)."""
 
     @property
     def key(self) -> ArtifactKey:
@@ -291,7 +298,11 @@ class CellRecord:
     sha256: str | None = None
     """Of the artifact's model.onnx."""
     inputs: str | None = None
-    """:attr:`ExportRecord.digest` of the artifact this cell ran: resume compares it."""
+    """:attr:`ExportRecord.digest` of the artifact this cell ran."""
+    cache_key: str | None = None
+    """The cell's content address (:func:`harness.cache.cell_key`): the artifact's digest, the runtime's
+    requirements, the provider, the probe, the run settings and the harness code that runs it. A rerun
+    reuses a cell whose key is unchanged."""
     note: str | None = None
     seconds: float = 0.0
     env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -318,10 +329,15 @@ class CellRecord:
         return self.replace(note=f"{self.note}; {note}" if self.note else note)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # By hand, not dataclasses.asdict (a recursive deep copy): the run stage writes a cell per probe.
+        data = {name: getattr(self, name) for name in _CELL_FIELDS}
         data["status"] = self.status.value
         data["stage"] = self.stage.value
         data["providers_used"] = list(self.providers_used)
+        data["placement"] = dict(self.placement)
+        data["env"] = dict(self.env)
+        data["diff"] = self.diff.to_dict() if self.diff is not None else None
+        data["latency"] = self.latency.to_dict() if self.latency is not None else None
         return data
 
     @classmethod
@@ -336,6 +352,9 @@ class CellRecord:
         if kw.get("latency") is not None:
             kw["latency"] = Latency.from_dict(kw["latency"])
         return cls(**kw)
+
+
+_CELL_FIELDS = tuple(f.name for f in dataclasses.fields(CellRecord))
 
 
 def runtime_wide(runtime: str, provider: str, env: dict[str, str], **fields: Any) -> CellRecord:

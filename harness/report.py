@@ -31,7 +31,8 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import claims, history, page, plots, recommend
+from harness import cache, claims, history, page, plan, plots, recommend
+from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
@@ -105,6 +106,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
     manifest = json.loads((out / MANIFEST).read_text())
+    export_stats = (cache.read_json(out / export_mod.STAMP) or {}).get("stats", {})
     runtimes_env = {}
     for c in raw:
         if c.env and c.runtime not in runtimes_env:
@@ -113,7 +115,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "profile": profile.name,
         "export": manifest.get("versions", {}),
-        "export_seconds": manifest.get("seconds"),
+        "export_seconds": export_stats.get("seconds"),
+        "exported": export_stats.get("exported"),
         "runtimes": runtimes_env,
         "wall_seconds": wall,
         "cells": len(cells),
@@ -163,6 +166,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         summary += "\n\nYour cases:\n" + _summary(df[df["case"].isin(mine)], cols, mine, links=False)
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
+    plan.write_report_stamp(out, profile, results, builtin)
     return summary
 
 

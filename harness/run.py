@@ -14,9 +14,11 @@ Guarantees kept here:
 - A broken environment (the runtime does not import) is one ``env-error``
   record for the runtime × provider, with the import error and the fix, not a
   crashed session and not one identical failure per cell.
-- Nothing is lost: each cell is appended and fsynced as it arrives; a rerun
-  keeps every cell whose artifact digest is unchanged and runs only the missing
-  probes; the shard is rewritten atomically at the end, one line per cell.
+- Nothing is lost: each cell is appended as it arrives (and fsynced at least
+  every half second); a rerun keeps every cell whose content address
+  (:func:`harness.cache.cell_key`) is unchanged and whose line passes its
+  checksum, and runs only the missing probes; the shard is rewritten
+  atomically at the end, one line per cell, and stamped for :mod:`harness.plan`.
 - Latency is measured after the correctness phase, serially, with a fixed
   thread count, so no two timed sessions share the CPU.
 """
@@ -34,62 +36,92 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import cache
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import PROVIDERS, Matrix, Runtime
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line, runtime_wide
 from harness.workers import Outcome, describe_exit, run_tasks
 
-_ENV_PROBE = "import json; from harness.backends.onnxruntime import environment; print(json.dumps(environment()))"
+# One child imports the runtime and answers for the CPU provider too (it loads no library of its own).
+_ENV_PROBE = (
+    "import json; from harness.backends.onnxruntime import environment, provider_problem; "
+    "print(json.dumps({'env': environment(), 'cpu': provider_problem('CPUExecutionProvider')}))"
+)
 
 
 def shard_path(out: Path, runtime: Runtime, provider: str) -> Path:
     return out / "shards" / f"{runtime.id}-{provider}.jsonl"
 
 
-def read_shard(path: Path) -> dict[str, CellRecord]:
-    """Cells of a shard by key; a later line for the same key wins; a torn last line is ignored."""
+def read_shard(path: Path, *, sound: bool = False) -> dict[str, CellRecord]:
+    """Cells of a shard by key; a later line for the same key wins; a torn last line is ignored.
+
+    With ``sound``, only lines whose checksum holds (:func:`harness.cache.unseal`): what a rerun may reuse.
+    """
+    return _read_shard(path, sound=sound)[0]
+
+
+def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]:
+    """The cells, and how many lines failed their checksum."""
     cells: dict[str, CellRecord] = {}
+    corrupt = 0
     if not path.exists():
-        return cells
+        return cells, corrupt
     for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            cell = CellRecord.from_dict(json.loads(line))
-        except (ValueError, KeyError, TypeError):
+        data, state = cache.unseal(line)
+        if data is None:
             continue  # a line cut short by a kill
+        if state == "corrupt":
+            corrupt += 1
+            if sound:
+                continue
+        try:
+            cell = CellRecord.from_dict(data)
+        except (ValueError, KeyError, TypeError):
+            corrupt += 1
+            continue
         cells[cell.key] = cell
-    return cells
+    return cells, corrupt
 
 
 def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
-    """Rewrite a shard atomically, sorted by key."""
+    """Rewrite a shard atomically, sorted by key, each line sealed with its checksum."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for cell in sorted(cells, key=lambda c: c.key):
-            f.write(json.dumps(cell.to_dict(), sort_keys=True) + "\n")
+            f.write(cache.seal(cell.to_dict()) + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
 class _Appender:
-    """Append-only, flushed writes: a kill loses at most the line being written."""
+    """Append-only writes, each line handed to the kernel at once (a killed run loses at most the
+    line being written) and forced to disk at least every ``sync`` seconds and at the end (what a
+    power cut could take)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sync: float = 0.5) -> None:
         self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open across appends)
+        self.sync, self.synced = sync, time.monotonic()
 
     def add(self, cells: Iterable[CellRecord]) -> None:
         for cell in cells:
-            self.f.write(json.dumps(cell.to_dict(), sort_keys=True) + "\n")
+            self.f.write(cache.seal(cell.to_dict()) + "\n")
         self.f.flush()
-        os.fsync(self.f.fileno())
+        if time.monotonic() - self.synced >= self.sync:
+            os.fsync(self.f.fileno())
+            self.synced = time.monotonic()
 
     def close(self) -> None:
+        self.f.flush()
+        os.fsync(self.f.fileno())
         self.f.close()
 
 
-def probe_environment() -> tuple[dict[str, str] | None, str]:
-    """Import the runtime in a child process: (environment, '') or (None, what went wrong).
+def probe_environment() -> tuple[dict[str, str] | None, str, str | None]:
+    """Import the runtime in a child process: (environment, '', why the CPU provider cannot run or None)
+    or (None, what went wrong, None).
 
     The message's first line is the diagnosis; the child's stderr follows it.
     """
@@ -98,14 +130,15 @@ def probe_environment() -> tuple[dict[str, str] | None, str]:
     # onnxruntime 1.15 beside numpy 2 imports "fine" (exit status 0, the error only printed) and then
     # crashes on every run: an import that complains about numpy's ABI is a broken env either way.
     if proc.returncode == 0 and not numpy_abi:
-        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        return found["env"], "", found["cpu"]
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
     what = " / ".join(dict.fromkeys(errors)) or (lines[-1] if lines else f"exit status {proc.returncode}")
     line = f"onnxruntime fails to import: {what}"
     if numpy_abi:
         line += ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
-    return None, line + "\n" + proc.stderr[-4000:]
+    return None, line + "\n" + proc.stderr[-4000:], None
 
 
 _PROVIDER_PROBE = (
@@ -163,12 +196,30 @@ _NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE)
 _CUT_SHORT = "localizing this mismatch was cut short"
 
 
-def _reusable(old: CellRecord | None, rec: ExportRecord) -> bool:
-    """A finished cell of the same artifact digest, decided by the artifact: not a harness bug, and
+def _reusable(old: CellRecord | None, key: str) -> bool:
+    """A finished cell with the same content address, decided by the artifact: not a harness bug, and
     not a mismatch whose localization a killed run left undone (or a fault cut short)."""
-    if old is None or old.inputs != rec.digest or old.status in _NOT_REUSED or old.error_class == "HarnessError":
+    if old is None or old.cache_key != key or old.status in _NOT_REUSED or old.error_class == "HarnessError":
         return False
     return old.status is not Status.MISMATCH or (old.optimizer is not None and _CUT_SHORT not in (old.note or ""))
+
+
+def settings_of(matrix: Matrix) -> dict[str, Any]:
+    """The run settings a cell's verdict and timing depend on."""
+    return {"timeout": matrix.run.timeout, "threads": 1, "latency": dataclasses.asdict(matrix.latency)}
+
+
+def stamp_path(out: Path, runtime: Runtime, provider: str) -> Path:
+    return out / "shards" / f"{runtime.id}-{provider}.stamp.json"
+
+
+def stamp_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matrix, runtime: Runtime, provider: str) -> str:
+    """What a shard depends on: each artifact's ``(id, export key, digest)``, the runtime's requirements,
+    the provider, the run settings and the code that runs cells. :mod:`harness.plan` computes it from
+    the export's stamp; a shard whose stamp holds the same value has nothing left to run."""
+    return cache.digest(
+        sorted(artifacts), list(runtime.requirements), provider, settings_of(matrix), cache.code_digest(cache.RUN_CODE)
+    )
 
 
 def run_runtime(
@@ -183,13 +234,13 @@ def run_runtime(
 ) -> list[CellRecord]:
     """Run every artifact of the last export on ``runtime`` for each provider; return the shard's cells.
 
-    A rerun keeps every cell whose artifact digest is unchanged (and which
+    A rerun keeps every cell whose content address is unchanged (and which
     does not depend on the machine) and runs only the missing probes.
     """
     artifacts = load_artifacts(out)
     (out / "shards").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    env, import_error = probe_environment()
+    env, import_error, cpu_problem = probe_environment()
     if env is not None and env.get("onnxruntime") != runtime.version:
         import_error = f"environment has onnxruntime {env.get('onnxruntime')}, expected {runtime.version}"
         env = None
@@ -208,17 +259,22 @@ def run_runtime(
                 error_line=first_line(import_error),
                 error=import_error,
             )
-        elif problem := probe_provider(provider):
+        elif problem := (cpu_problem if provider == "cpu" else probe_provider(provider)):
             column = runtime_wide(
                 runtime.pin, provider, env, status=Status.UNAVAILABLE, error_class="ProviderUnavailable", error_line=problem
             )
         if column is not None:
             column = column.replace(error=column.error or column.error_line)
             echo(f"run {runtime.pin} {provider}: {column.status.value}: {column.error_line}")
+            stamp_path(out, runtime, provider).unlink(missing_ok=True)  # depends on this machine: checked every time
             write_shard(path, [column])
             all_cells.append(column)
             continue
-        existing = {} if force else read_shard(path)
+        t_start = time.perf_counter()
+        existing, corrupt = ({}, 0) if force else _read_shard(path, sound=True)
+        if corrupt:
+            echo(f"run {runtime.pin} {provider}: {corrupt} line(s) of {path} fail their checksum: those cells run again")
+        settings = settings_of(matrix)
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
         partial = 0
@@ -230,8 +286,9 @@ def run_runtime(
                 continue
             todo = []
             for p in rec.probes:
+                key = cache.cell_key(rec.digest, runtime.requirements, provider, p, settings)
                 old = existing.get(base.replace(probe=p).key)
-                if old is not None and _reusable(old, rec):
+                if old is not None and _reusable(old, key):
                     cells[old.key] = old
                 else:
                     todo.append(p)
@@ -245,6 +302,7 @@ def run_runtime(
                         "env": base.env,
                         "threads": 1,
                         "probes": todo,
+                        "keys": {p: cache.cell_key(rec.digest, runtime.requirements, provider, p, settings) for p in todo},
                     }
                 )
         echo(
@@ -253,24 +311,69 @@ def run_runtime(
             + f", {len(artifacts) - len(tasks)} decided or reused"
         )
         # Start the shard afresh with what is kept, then append as results arrive.
+        stamp_path(out, runtime, provider).unlink(missing_ok=True)  # the shard is about to change
         write_shard(path, cells.values())
         appender = _Appender(path)
+        stats = Stats(reused=len(cells), corrupt=corrupt, ran=sum(len(t["probes"]) for t in tasks))
         try:
             t0 = time.perf_counter()
-            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, out / "logs" / f"{runtime.id}.log"):
+            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, out / "logs" / f"{runtime.id}.log", stats):
                 cells[cell.key] = cell
                 appender.add([cell])
+            stats.correctness_wall = time.perf_counter() - t0
             if tasks:
-                echo(f"  correctness: {len(tasks)} artifacts in {time.perf_counter() - t0:.1f}s")
+                echo(f"  correctness: {len(tasks)} artifacts in {stats.correctness_wall:.1f}s")
             if latency:
-                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo):
+                t0 = time.perf_counter()
+                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo, stats):
                     cells[cell.key] = cell
                     appender.add([cell])  # as it arrives: a kill loses no timing already taken
+                stats.latency_wall = time.perf_counter() - t0
         finally:
             appender.close()
         write_shard(path, cells.values())
+        stats.cells, stats.wall = len(cells), time.perf_counter() - t_start
+        if latency:  # a shard without its timings is not finished
+            inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
+            cache.write_json(
+                stamp_path(out, runtime, provider),
+                {"inputs": inputs, "sha256": cache.sha256_file(path), "env": cache.environment(), "stats": stats.to_dict()},
+            )
         all_cells.extend(cells.values())
     return all_cells
+
+
+@dataclasses.dataclass
+class Stats:
+    """Where a runtime's time went, for the benchmark: the floor (session creation and inference
+    measured inside the workers) against the wall time of the stage."""
+
+    cells: int = 0
+    reused: int = 0
+    corrupt: int = 0
+    ran: int = 0
+    """Cells that ran this time."""
+    session: float = 0.0
+    """Seconds creating the correctness sessions."""
+    inference: float = 0.0
+    """Seconds inside ``session.run`` for the correctness probes."""
+    localize: float = 0.0
+    """Seconds localizing mismatches (extra sessions and runs)."""
+    latency: float = 0.0
+    """Seconds creating the latency sessions and inside their timed and warm-up runs."""
+    correctness_wall: float = 0.0
+    latency_wall: float = 0.0
+    wall: float = 0.0
+
+    @property
+    def floor(self) -> float:
+        return self.session + self.inference + self.localize + self.latency
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()},
+            "floor": round(self.floor, 4),
+        }
 
 
 @dataclasses.dataclass
@@ -293,6 +396,7 @@ def _correctness(
     tasks: list[dict[str, Any]],
     records: Mapping[str, ExportRecord],
     log: Path,
+    stats: Stats | None = None,
     backend: str = "harness.backends.onnxruntime:run_artifact",
 ) -> Iterator[CellRecord]:
     """Run the tasks in worker processes; yield each cell as it arrives.
@@ -322,12 +426,18 @@ def _correctness(
                 item = outcome.value
                 if "cell" in item:
                     cell = CellRecord.from_dict(item["cell"])
+                    cell = cell.replace(cache_key=task.get("keys", {}).get(cell.probe))
                     cells[cell.key] = cell
                     state.done.add(cell.probe)
                     state.localizing = None
                     yield cell
                 elif item.get("event") == "loaded":
                     state.loaded = True
+                    if stats is not None:
+                        stats.session += item.get("seconds", 0.0)
+                elif item.get("event") == "timing" and stats is not None:
+                    stats.inference += item["inference"]
+                    stats.localize += item["localize"]
                 elif item.get("event") == "localizing":
                     state.localizing = item["probe"]
                 continue
@@ -335,7 +445,8 @@ def _correctness(
             if outcome.kind == "ok" and not left:
                 continue
             failed, rest = _charge(rec, task, outcome, state, cells)
-            yield from failed
+            for cell in failed:
+                yield cell.replace(cache_key=task.get("keys", {}).get(cell.probe))
             if rest:
                 again.append({**task, "probes": rest})
         tasks = again
@@ -374,7 +485,13 @@ def _charge(
 
 
 def _latency_phase(
-    matrix: Matrix, out: Path, provider: str, cells: dict[str, CellRecord], runtime: Runtime, echo: Callable[[str], Any]
+    matrix: Matrix,
+    out: Path,
+    provider: str,
+    cells: dict[str, CellRecord],
+    runtime: Runtime,
+    echo: Callable[[str], Any],
+    stats: Stats | None = None,
 ) -> Iterator[CellRecord]:
     """Serial timing of the ``example`` probe of every passing artifact that has none yet; each timed
     cell is yielded as soon as it is measured."""
@@ -396,5 +513,7 @@ def _latency_phase(
         if outcome.kind == "ok":
             art_id = Path(outcome.task["dir"]).name
             timed += 1
+            if stats is not None:
+                stats.latency += outcome.value.get("busy_seconds", 0.0)
             yield todo[art_id].replace(latency=Latency.from_dict(outcome.value), stage=Stage.LATENCY)
     echo(f"  latency: {timed} artifacts in {time.perf_counter() - t0:.1f}s (serial, {lat['threads']} thread)")

@@ -34,8 +34,18 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: ignore[type-arg]
     tmp = build
+    proc = subprocess.run(_matrix_cmd(tmp), cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    OUTPUT["stdout"] = proc.stdout + proc.stderr
+    cells = [json.loads(line) for line in (tmp / "results" / "matrix.jsonl").read_text().splitlines()]
+    assert (tmp / "results" / "README.md").is_file()
+    return {(c["case"], c["exporter"], c["opset"], c["runtime"].split("==")[1], c["probe"]): c for c in cells}
+
+
+def _matrix_cmd(tmp: Path) -> list[str]:
+    """`nox -s matrix` on the smoke profile, a few cases and the README's example corpus, into ``tmp``."""
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
-    cmd = [
+    return [
         nox,
         "-f",
         str(ROOT / "noxfile.py"),
@@ -53,12 +63,6 @@ def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: i
         "--results",
         str(tmp / "results"),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    OUTPUT["stdout"] = proc.stdout + proc.stderr
-    cells = [json.loads(line) for line in (tmp / "results" / "matrix.jsonl").read_text().splitlines()]
-    assert (tmp / "results" / "README.md").is_file()
-    return {(c["case"], c["exporter"], c["opset"], c["runtime"].split("==")[1], c["probe"]): c for c in cells}
 
 
 pytestmark = pytest.mark.e2e
@@ -124,6 +128,19 @@ def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
         assert {c["status"] for k, c in smoke.items() if k[:2] == (case, "dynamo") and k[2] == 18 and k[3] == NEWEST.version} == {
             "pass"
         }
+
+
+def test_a_rerun_with_nothing_changed_starts_no_session(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    """The plan finds every stage up to date: no environment starts, no export, no cell, and
+    results/ stays byte for byte what the first run wrote."""
+    before = {p: p.read_bytes() for p in (build / "results").rglob("*") if p.is_file()}
+    proc = subprocess.run(_matrix_cmd(build), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    assert "export: up to date" in said and "run: all 2 runtimes: up to date" in said and "report: up to date" in said
+    assert "nothing to do" in said
+    assert "Running session export" not in said and "Running session run(" not in said and "Running session report" not in said
+    assert {p: p.read_bytes() for p in (build / "results").rglob("*") if p.is_file()} == before
 
 
 def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
+from harness import cache
 from harness.export import sha256
 from harness.localize import save_intermediates
 from harness.matrix import Matrix, load
@@ -202,17 +203,18 @@ def test_a_worker_that_dies_after_its_last_cell_costs_nothing(tmp_path: Path) ->
     assert {c.status for c in cells} == {Status.PASS}
 
 
-def _mismatch(**changes: object) -> tuple[CellRecord, ExportRecord]:
+def _mismatch(**changes: object) -> tuple[CellRecord, str]:
     rec = ExportRecord("c", "dynamo", 18, ok=True, seconds=0, probes=("example",), sha256="m", reference_sha256="r")
-    cell = rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=Status.MISMATCH, stage=Stage.COMPARE)
-    return cell.replace(**changes), rec
+    key = cache.cell_key(rec.digest, ["onnxruntime==1.32.0"], "cpu", "example", {})
+    cell = rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=Status.MISMATCH, stage=Stage.COMPARE, cache_key=key)
+    return cell.replace(**changes), key
 
 
 def test_resume_redoes_a_mismatch_whose_localization_a_killed_run_left_undone() -> None:
-    done, rec = _mismatch(localization="starts at node /Max (Max)", optimizer=False)
-    assert _reusable(done, rec)
-    assert not _reusable(done.replace(optimizer=None), rec)  # streamed, then the run was killed while localizing
-    assert not _reusable(done.replace(note="localizing this mismatch was cut short: no result after 3 s"), rec)
-    assert not _reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), rec)  # a harness bug, since fixed
-    assert not _reusable(done.replace(inputs="another digest"), rec)
-    assert _reusable(done.replace(status=Status.CRASH, error_class="Crash"), rec)  # a real fault of this artifact stands
+    done, key = _mismatch(localization="starts at node /Max (Max)", optimizer=False)
+    assert _reusable(done, key)
+    assert not _reusable(done.replace(optimizer=None), key)  # streamed, then the run was killed while localizing
+    assert not _reusable(done.replace(note="localizing this mismatch was cut short: no result after 3 s"), key)
+    assert not _reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), key)  # a harness bug, since fixed
+    assert not _reusable(done.replace(cache_key="another key"), key)  # another artifact, runtime or setting
+    assert _reusable(done.replace(status=Status.CRASH, error_class="Crash"), key)  # a real fault of this artifact stands

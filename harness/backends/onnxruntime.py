@@ -270,6 +270,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             for cell in rec.each_probe(base, probes):
                 yield {"cell": _failed(cell, exc, t0, status).to_dict()}
             return
+        session_seconds = time.perf_counter() - t0
         used = tuple(sess.get_providers())
         base = base.replace(providers_used=used)
         if ep not in used:  # the session silently dropped the requested provider
@@ -277,9 +278,10 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             for cell in rec.each_probe(base, probes, status=Status.UNAVAILABLE, error_class="ProviderFellBack"):
                 yield {"cell": cell.replace(error_line=line, error=line).to_dict()}
             return
-        yield {"event": "loaded"}
+        yield {"event": "loaded", "seconds": session_seconds}
         ref = np.load(art / "reference.npz")
         profiling = True
+        inference = localizing = 0.0
         for probe in probes:
             t1 = time.perf_counter()
             cell = base.replace(probe=probe, stage=Stage.RUN)
@@ -288,10 +290,12 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             except KeyError as exc:  # the probe lacks a graph input: nothing ran
                 yield {"cell": _failed(cell, exc, t1, Status.RUN_FAIL).to_dict()}
                 continue
+            t_run = time.perf_counter()
             try:
                 outs, error = sess.run(None, feeds), None
             except Exception as exc:
                 outs, error = None, exc
+            inference += time.perf_counter() - t_run
             if profiling:  # the first run places every node: count them per provider, then stop profiling
                 profiling = False
                 base = base.replace(placement=_end_profiling(sess))
@@ -319,11 +323,14 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             )
             yield {"cell": cell.to_dict()}
             yield {"event": "localizing", "probe": probe}
+            t_localize = time.perf_counter()
             try:
                 cell = _localize(art, rec, cell, feeds, want, task["threads"])
             except Exception as exc:  # a harness bug here costs the localization, never the probes after it
                 cell = cell.noted(f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}")
+            localizing += time.perf_counter() - t_localize
             yield {"cell": cell.to_dict()}
+        yield {"event": "timing", "inference": inference, "localize": localizing}
 
 
 def _nodes(art: Path) -> list[dict[str, Any]]:
@@ -415,9 +422,11 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     if ep not in sess.get_providers():  # never time a fallback as the provider's latency
         raise RuntimeError(f"{ep} was requested but the session fell back to {', '.join(sess.get_providers())}")
     feeds, _ = _feeds(sess, np.load(art / "reference.npz"), "example")
+    t1 = time.perf_counter()
     sample, runs, stable = time_runs(sess, feeds, lat)
+    busy = session_ms / 1e3 + time.perf_counter() - t1
     ms = np.array(sample) * 1e3
-    return Latency(
+    return {"busy_seconds": busy} | Latency(
         median_ms=float(np.median(ms)),
         p90_ms=float(np.percentile(ms, 90)),
         runs=runs,

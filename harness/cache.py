@@ -1,0 +1,486 @@
+"""Content-addressed caching: what a rerun may reuse, and how it knows.
+
+Three things are keyed by the content they depend on, never by a timestamp:
+
+- **An export** (:func:`export_key`): the case's source (:func:`case_digest`: the code of the model,
+  its inputs and probes and everything they reach in the user's files), the torch / onnx /
+  onnxscript / reference-runtime versions, the exporter, the opset and the export settings, and the
+  harness code that exports (:data:`EXPORT_CODE`). Its files live in :class:`ExportStore`, one folder
+  per key, each file's SHA-256 recorded beside them and checked on every use; ``build/artifacts/<id>/``
+  is a view of hard links into it.
+- **A cell** (:func:`cell_key`): the artifact's digest (model, references, probes, tolerance), the
+  runtime's requirements, the provider, the probe, the run settings (timeout, latency protocol) and
+  the harness code that runs cells (:data:`RUN_CODE`). Each shard line carries its key and a checksum
+  (:func:`seal`); a line whose checksum fails is redone, not trusted.
+- **A stage** (:func:`stamp_inputs`, :mod:`harness.plan`): what the stage read last time (files and
+  their hashes, settings, the environment's package listing) so ``nox -s matrix`` can tell, without
+  starting an environment or importing torch, that a stage has nothing to do.
+
+Standard library only: the noxfile reads this module before any environment exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import sysconfig
+import time
+import types
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parent
+
+# Harness code an artifact's files depend on, and code a cell's verdict depends on: a change to any of
+# these files redoes what depends on it (the report's own code redoes only the report).
+EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "records.py", "compare.py")
+RUN_CODE = ("run.py", "records.py", "compare.py", "localize.py", "backends/onnxruntime.py")
+
+CACHE_INFO = "cache.json"
+CHECKSUM = "checksum"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def digest(*parts: Any) -> str:
+    """SHA-256 of ``parts`` as canonical JSON."""
+    return sha256_bytes(json.dumps(parts, sort_keys=True, default=str, separators=(",", ":")).encode())
+
+
+@functools.cache
+def code_digest(names: tuple[str, ...]) -> str:
+    """Of the harness's own files ``names`` (relative to the package)."""
+    return digest(*[(n, sha256_file(PACKAGE / n)) for n in names])
+
+
+def export_key(case_source: str, artifact: str, exporter: str, opset: int, settings: Mapping[str, Any]) -> str:
+    """The content address of one export (``settings`` holds the versions and the export settings)."""
+    return digest("export", case_source, artifact, exporter, opset, dict(settings), code_digest(EXPORT_CODE))
+
+
+def cell_key(artifact_digest: str, requirements: Iterable[str], provider: str, probe: str, settings: Mapping[str, Any]) -> str:
+    """The content address of one cell."""
+    return digest("cell", artifact_digest, list(requirements), provider, probe, dict(settings), code_digest(RUN_CODE))[:32]
+
+
+# Shard lines -------------------------------------------------------------
+
+
+def seal(data: Mapping[str, Any]) -> str:
+    """One shard line: ``data`` as sorted JSON plus, as its last key, a checksum of exactly that JSON."""
+    assert data and CHECKSUM not in data
+    body = json.dumps(data, sort_keys=True)
+    return f'{body[:-1]}, "{CHECKSUM}": "{sha256_bytes(body.encode())[:16]}"}}'
+
+
+def unseal(line: str) -> tuple[dict[str, Any] | None, str]:
+    """``(data, "ok")``; ``(None, "torn")`` for a line a kill cut short; ``(data, "corrupt")`` when the
+    checksum is missing or wrong (the line parses but was changed after it was written)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None, "torn"
+    if not isinstance(data, dict):
+        return None, "torn"
+    check = data.pop(CHECKSUM, None)
+    if check != sha256_bytes(json.dumps(data, sort_keys=True).encode())[:16]:
+        return data, "corrupt"
+    return data, "ok"
+
+
+# The source of a case ------------------------------------------------------
+
+_LIBRARY_DIRS = tuple(
+    {str(Path(p).resolve()) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {str(Path(sys.base_prefix).resolve()), str(Path(sys.prefix).resolve())}
+)
+
+
+def is_project_file(path: str | None) -> bool:
+    """A Python file of the user's or the harness's (not the standard library, not an installed package)."""
+    if not path or not path.endswith(".py") or not os.path.isabs(path) or not os.path.isfile(path):
+        return False  # a builtin, or a module with a made-up file name (torch._classes)
+    resolved = str(Path(path).resolve())
+    return not resolved.startswith(_LIBRARY_DIRS) and "site-packages" not in resolved
+
+
+def _module_file(name: str | None) -> str | None:
+    module = sys.modules.get(name or "")
+    return getattr(module, "__file__", None)
+
+
+_SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__firstlineno__"}
+_SKIP_CLASS_ATTRS |= {"__static_attributes__", "__annotations__", "__parameters__", "__orig_bases__"}
+
+
+class _SourceHasher:
+    """A digest of what an object does: code objects, constants, closures, defaults and every global
+    they name, followed into the project's own modules (the user's files and the harness); an object
+    of a library (torch, numpy) counts by its qualified name, its version being part of the key.
+    Line numbers and file names are left out: editing one case does not move another's key."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, str] = {}
+        self.keep: list[Any] = []  # ids stay unique while the walk holds its objects
+
+    def of(self, obj: Any) -> str:
+        key = id(obj)
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = f"cycle:{type(obj).__qualname__}"
+        self.keep.append(obj)
+        value = digest(self._describe(obj))
+        self.memo[key] = value
+        return value
+
+    def _describe(self, obj: Any) -> Any:
+        if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+            return [type(obj).__name__, repr(obj)]
+        if isinstance(obj, enum.Enum):
+            return ["enum", type(obj).__qualname__, obj.name]
+        if isinstance(obj, (list, tuple)):
+            return [type(obj).__name__, [self.of(v) for v in obj]]
+        if isinstance(obj, (set, frozenset)):
+            return [type(obj).__name__, sorted(self.of(v) for v in obj)]
+        if isinstance(obj, Mapping):
+            return ["map", sorted((self.of(k), self.of(v)) for k, v in obj.items())]
+        if isinstance(obj, types.CodeType):
+            return self._code(obj)
+        if isinstance(obj, types.FunctionType):
+            return self._function(obj)
+        if isinstance(obj, functools.partial):
+            return ["partial", self.of(obj.func), self.of(obj.args), self.of(obj.keywords)]
+        if isinstance(obj, types.MethodType):
+            return ["method", self.of(obj.__func__), type(obj.__self__).__qualname__]
+        if isinstance(obj, (staticmethod, classmethod)):
+            return [type(obj).__name__, self.of(obj.__func__)]
+        if isinstance(obj, property):
+            return ["property", self.of(obj.fget), self.of(obj.fset), self.of(obj.fdel)]
+        if isinstance(obj, types.ModuleType):
+            return ["module", obj.__name__]
+        if isinstance(obj, type):
+            return self._class(obj)
+        if dataclasses.is_dataclass(obj):
+            return ["dataclass", self.of(type(obj)), [(f.name, self.of(getattr(obj, f.name))) for f in dataclasses.fields(obj)]]
+        array = _array_bytes(obj)
+        if array is not None:
+            return ["array", *array]
+        if is_project_file(_module_file(type(obj).__module__)) and hasattr(obj, "__dict__"):
+            return ["object", self.of(type(obj)), self.of(vars(obj))]
+        return ["opaque", type(obj).__module__, type(obj).__qualname__]
+
+    def _code(self, co: types.CodeType) -> Any:
+        consts = [self._code(c) if isinstance(c, types.CodeType) else self.of(c) for c in co.co_consts]
+        return [
+            "code",
+            co.co_code.hex(),
+            consts,
+            co.co_names,
+            co.co_varnames,
+            co.co_freevars,
+            co.co_cellvars,
+            co.co_argcount,
+            co.co_kwonlyargcount,
+            co.co_flags,
+        ]
+
+    def _function(self, fn: types.FunctionType) -> Any:
+        lazy = getattr(fn, "__harness_lazy__", None)
+        if lazy is not None:  # corpus.lazy(module, name): what it builds is the class it names
+            return ["lazy", self._named(*lazy), self._code(fn.__code__), [self.of(c.cell_contents) for c in fn.__closure__ or ()]]
+        if not is_project_file(_module_file(fn.__module__)):
+            return ["function", fn.__module__, fn.__qualname__]
+        names: set[str] = set()
+        _names(fn.__code__, names)
+        referenced = {n: fn.__globals__[n] for n in sorted(names) if n in fn.__globals__}
+        closure = []
+        for cell in fn.__closure__ or ():
+            try:
+                closure.append(self.of(cell.cell_contents))
+            except ValueError:  # an empty cell
+                closure.append("empty")
+        return [
+            "function",
+            self._code(fn.__code__),
+            self.of(fn.__defaults__),
+            self.of(fn.__kwdefaults__),
+            closure,
+            [(n, self.of(v)) for n, v in referenced.items()],
+        ]
+
+    def _class(self, cls: type) -> Any:
+        if not is_project_file(_module_file(cls.__module__)):
+            return ["class", cls.__module__, cls.__qualname__]
+        attrs = [(k, self.of(v)) for k, v in sorted(vars(cls).items()) if k not in _SKIP_CLASS_ATTRS]
+        return ["class", cls.__qualname__, [self.of(b) for b in cls.__bases__], attrs]
+
+    def _named(self, module: str, name: str) -> Any:
+        """``module.name``, imported (the export environment has what it needs); a module that does not
+        import counts by its file's bytes, so fixing it changes the key."""
+        try:
+            return self.of(getattr(importlib.import_module(module), name))
+        except Exception as exc:
+            spec = _find_spec(module)
+            origin = spec.origin if spec is not None else None
+            content = sha256_file(origin) if origin and os.path.isfile(origin) else "missing"
+            return ["unimportable", module, name, type(exc).__name__, content]
+
+
+def _find_spec(module: str) -> Any:
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def _names(co: types.CodeType, into: set[str]) -> None:
+    into.update(co.co_names)
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            _names(c, into)
+
+
+def _array_bytes(obj: Any) -> list[str] | None:
+    """A numpy array or a torch tensor: dtype, shape and a hash of its bytes."""
+    module = type(obj).__module__
+    if module.startswith("torch") and hasattr(obj, "detach"):
+        obj = obj.detach().cpu().numpy()
+    elif not module.startswith("numpy") or not hasattr(obj, "tobytes"):
+        return None
+    return [str(obj.dtype), repr(tuple(obj.shape)), sha256_bytes(obj.tobytes())]
+
+
+def case_digest(case: Any) -> str:
+    """What one :class:`~harness.corpus.Case` is: every field (``source_dir``, a location, left out) and
+    the bytes of its probe files."""
+    h = _SourceHasher()
+    fields = [(f.name, h.of(getattr(case, f.name))) for f in dataclasses.fields(case) if f.name != "source_dir"]
+    files = [(str(p.relative_to(case.source_dir)), sha256_file(p)) for p in probe_files(case)]
+    return digest("case", fields, files)
+
+
+def probe_files(case: Any) -> list[Path]:
+    return [p for pattern in case.probe_files for p in sorted(Path(case.source_dir).glob(pattern)) if p.is_file()]
+
+
+def lazy_files(case: Any) -> list[str]:
+    """The files of the modules ``corpus.lazy`` factories of ``case`` build from (imported or not)."""
+    out = []
+    lazy = getattr(case.model, "__harness_lazy__", None)
+    if lazy is not None:
+        spec = _find_spec(lazy[0])
+        if spec is not None and spec.origin and os.path.isfile(spec.origin):
+            out.append(spec.origin)
+    return out
+
+
+def project_files(extra: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """Path → SHA-256 of every project module imported so far, plus ``extra`` files."""
+    files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+    paths = {str(Path(f).resolve()) for f in files if f is not None and is_project_file(f)}
+    # The harness's own modules count by code_digest in the keys of what they produce, not here.
+    paths = {p for p in paths if not p.startswith(str(PACKAGE) + os.sep)}
+    paths |= {str(Path(p).resolve()) for p in extra if os.path.isfile(p)}
+    return {p: sha256_file(p) for p in sorted(paths)}
+
+
+def files_unchanged(files: Mapping[str, str]) -> str | None:
+    """None when every file still has its hash, else the first that does not (one line)."""
+    for path, sha in files.items():
+        try:
+            if sha256_file(path) != sha:
+                return f"{path} changed"
+        except OSError:
+            return f"{path} is gone"
+    return None
+
+
+# Environments ---------------------------------------------------------------
+
+
+def environment(prefix: str | None = None) -> dict[str, Any]:
+    """What a stage's environment holds: its prefix, site-packages folders and a digest of their
+    package listing (``numpy-2.3.1.dist-info``, ...) plus ``pyvenv.cfg`` (the Python version)."""
+    prefix = prefix or sys.prefix
+    site = sorted({p for p in sys.path if p.startswith(prefix) and p.rstrip("/").endswith("site-packages")})
+    return {"prefix": prefix, "site": site, "listing": _listing(prefix, site)}
+
+
+def _listing(prefix: str, site: Iterable[str]) -> str | None:
+    names: list[str] = []
+    for folder in site:
+        try:
+            names += sorted(n for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info", ".pth")))
+        except OSError:
+            return None
+    cfg = Path(prefix) / "pyvenv.cfg"
+    names.append(cfg.read_text(encoding="utf-8", errors="replace") if cfg.is_file() else sys.version)
+    return digest(names)
+
+
+def environment_unchanged(env: Mapping[str, Any] | None) -> str | None:
+    """None when the environment a stamp recorded still holds the same packages, else why not."""
+    if not env or not env.get("site"):
+        return "no environment recorded"
+    listing = _listing(env["prefix"], env["site"])
+    if listing is None:
+        return f"environment {env['prefix']} is gone"
+    return None if listing == env["listing"] else f"environment {env['prefix']} changed"
+
+
+# The export store ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ExportStore:
+    """Artifacts by content address: ``<root>/<key>/`` holds the export's files and ``cache.json``
+    (the key, the artifact id, each file's SHA-256). An entry is written in a temporary folder and
+    renamed into place, so a reader never sees half of one; a file whose hash no longer matches makes
+    the entry invalid (:meth:`check`), and the export redoes it."""
+
+    root: Path
+
+    def entry(self, key: str) -> Path:
+        return self.root / key
+
+    def check(self, key: str) -> str | None:
+        """None when the entry is whole, else what is wrong with it (one line)."""
+        entry = self.entry(key)
+        try:
+            info = json.loads((entry / CACHE_INFO).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return "not cached"
+        except (OSError, ValueError):
+            return f"{entry / CACHE_INFO} is unreadable"
+        if info.get("key") != key:
+            return f"{entry / CACHE_INFO} names another key"
+        for name, sha in info["files"].items():
+            try:
+                if sha256_file(entry / name) != sha:
+                    return f"{entry / name} does not match its recorded SHA-256"
+            except OSError:
+                return f"{entry / name} is missing"
+        return None
+
+    def begin(self, key: str) -> Path:
+        """A fresh temporary folder to export ``key`` into."""
+        tmp = self.root / ".tmp" / f"{key}-{os.getpid()}-{time.monotonic_ns()}"
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit(self, key: str, artifact: str, tmp: Path) -> Path:
+        """Record the hashes of ``tmp``'s files and move it into place as ``key``'s entry."""
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file() and p.name != CACHE_INFO}
+        info = {"key": key, "artifact": artifact, "files": files, "created": time.time()}
+        (tmp / CACHE_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        entry = self.entry(key)
+        if entry.exists():  # an invalid entry being redone
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
+        return entry
+
+    def link(self, key: str, view: Path) -> None:
+        """Make ``view`` hold exactly the entry's files, as hard links (copies where links fail)."""
+        entry = self.entry(key)
+        view.mkdir(parents=True, exist_ok=True)
+        names = {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO}
+        for old in view.iterdir():
+            if old.name not in names:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        for name in sorted(names):
+            src, dst = entry / name, view / name
+            if dst.exists() and os.path.samefile(src, dst):
+                continue
+            tmp = view / f".{name}.link"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copy2(src, tmp)
+            os.replace(tmp, dst)
+
+    def place(self, tmp: Path, view: Path) -> None:
+        """Move an export that is not cached (a crash, a hang) from ``tmp`` into ``view``."""
+        view.mkdir(parents=True, exist_ok=True)
+        for old in view.iterdir():
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        for p in tmp.iterdir():
+            os.replace(p, view / p.name)
+        tmp.rmdir()
+
+    def linked(self, key: str, view: Path) -> bool:
+        """Whether ``view`` holds exactly the entry's files (the same inodes, or equal bytes)."""
+        entry = self.entry(key)
+        try:
+            names = {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO}
+            if {p.name for p in view.iterdir()} != names:
+                return False
+            return all(os.path.samefile(entry / n, view / n) or sha256_file(entry / n) == sha256_file(view / n) for n in names)
+        except OSError:
+            return False
+
+    def prune(self, keep: Iterable[str], versions: int = 3) -> int:
+        """Remove entries beyond the ``versions`` newest of each artifact id (never one in ``keep``) and
+        stale temporary folders; returns how many entries went."""
+        keep = set(keep)
+        by_id: dict[str, list[tuple[float, str]]] = {}
+        if not self.root.is_dir():
+            return 0
+        for entry in self.root.iterdir():
+            if entry.name == ".tmp" or not entry.is_dir():
+                continue
+            try:
+                info = json.loads((entry / CACHE_INFO).read_text(encoding="utf-8"))
+                by_id.setdefault(info["artifact"], []).append((float(info["created"]), entry.name))
+            except (OSError, ValueError, KeyError):
+                shutil.rmtree(entry, ignore_errors=True)  # half an entry: nothing refers to it
+        removed = 0
+        for entries in by_id.values():
+            for _, key in sorted(entries, reverse=True)[versions:]:
+                if key not in keep:
+                    shutil.rmtree(self.entry(key), ignore_errors=True)
+                    removed += 1
+        shutil.rmtree(self.root / ".tmp", ignore_errors=True)
+        return removed
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def each(values: Iterable[Any], fn: Callable[[Any], str | None]) -> str | None:
+    """The first non-None answer of ``fn`` over ``values``."""
+    for v in values:
+        if (why := fn(v)) is not None:
+            return why
+    return None

@@ -1,0 +1,172 @@
+"""What a rerun has to do: each stage checked against what it recorded last time.
+
+``nox -s matrix`` asks before it starts a session: a stage whose stamp still
+holds (the same settings, the same files with the same hashes, the same
+packages in its environment, every cache entry whole) is not started at all,
+so a rerun with nothing changed starts no environment, imports no torch and
+takes a second or two. A stage it does start decides again for itself, cell by
+cell and artifact by artifact (:mod:`harness.cache`): this module only ever
+says "skip" when the stage would have found nothing to do.
+
+Stamps:
+
+- ``build/export.stamp.json`` (:func:`harness.export.export_all`): the export's
+  settings, every project file it read with its hash, its environment's package
+  listing, each artifact's content address and digest.
+- ``build/shards/<runtime>-<provider>.stamp.json`` (:func:`harness.run.run_runtime`):
+  a digest of the shard's inputs, the shard's own hash, the environment.
+- ``build/report.stamp.json`` (:func:`write_report_stamp`): a digest of the
+  report's inputs and the hash of every file it wrote under ``results/``.
+
+Standard library only: the noxfile runs this before any environment exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import cache, export, run
+from harness.matrix import Matrix, Profile, Runtime
+
+REPORT_STAMP = "report.stamp.json"
+
+
+def corpus_sources(matrix: Matrix, extra: Sequence[str] = (), only: bool = False) -> list[str]:
+    """The corpus of a run: matrix.toml's modules (unless ``only``) then ``extra`` files."""
+    base = [] if only else list(matrix.corpus)
+    return base + [c for c in extra if c not in base]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Why each stage must run; None where it is up to date."""
+
+    export: str | None
+    runs: Mapping[str, str | None]
+    """By runtime id."""
+    report: str | None
+
+    def lines(self) -> list[str]:
+        """One line per stage; runtimes that agree share a line."""
+
+        def say(stage: str, why: str | None) -> str:
+            return f"{stage}: {'up to date' if why is None else 'runs: ' + why}"
+
+        by_reason: dict[str | None, list[str]] = {}
+        for rt, why in self.runs.items():
+            by_reason.setdefault(why, []).append(rt)
+        runs = []
+        for why, ids in by_reason.items():
+            label = f"run({ids[0]})" if len(ids) == 1 else f"run: {len(ids)} runtimes ({ids[0]} … {ids[-1]})"
+            if len(ids) == len(self.runs) and len(ids) > 1:
+                label = f"run: all {len(ids)} runtimes"
+            runs.append(say(label, why))
+        return [say("export", self.export), *runs, say("report", self.report)]
+
+    @property
+    def idle(self) -> bool:
+        return self.export is None and self.report is None and not any(self.runs.values())
+
+
+def plan(
+    matrix: Matrix,
+    profile: Profile,
+    out: Path,
+    results: Path,
+    *,
+    corpus: Sequence[str],
+    cases: Sequence[str] | None = None,
+    force: bool = False,
+) -> Plan:
+    """What ``nox -s matrix`` must run for ``profile``."""
+    if force:
+        return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
+    stamp = cache.read_json(out / export.STAMP)
+    export_why = _export_why(out, stamp, export.stamp_settings(matrix, profile, corpus, cases))
+    runs: dict[str, str | None] = {}
+    for rt in profile.runtimes:
+        if export_why is not None:
+            runs[rt.id] = "the export runs first"
+            continue
+        runs[rt.id] = next((w for p in profile.providers if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
+    report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
+    if report_why is None:
+        report_why = _report_why(out, profile, results, matrix.corpus)
+    return Plan(export_why, runs, report_why)
+
+
+def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | None:
+    if not isinstance(stamp, dict):
+        return "no export yet"
+    if not stamp.get("complete"):
+        return "the last export left something undone (a crash, a timeout or a corpus problem)"
+    if stamp.get("inputs") != settings:
+        return "its settings changed (matrix.toml or the command line)"
+    why = cache.files_unchanged(stamp["files"]) or cache.environment_unchanged(stamp["env"])
+    if why is not None:
+        return why
+    manifest = cache.read_json(out / export.MANIFEST)
+    artifacts: Mapping[str, Mapping[str, str]] = stamp["artifacts"]
+    if not isinstance(manifest, dict) or sorted(manifest.get("artifacts", ())) != sorted(artifacts):
+        return f"{out / export.MANIFEST} does not list the stamped artifacts"
+    store = cache.ExportStore(out / export.STORE)
+    for art_id, entry in artifacts.items():
+        if (why := store.check(entry["key"])) is not None:
+            return f"{art_id}: cache entry {why}"
+        if not store.linked(entry["key"], out / "artifacts" / art_id):
+            return f"{out / 'artifacts' / art_id} differs from its cache entry"
+    return None
+
+
+def _run_why(out: Path, matrix: Matrix, runtime: Runtime, provider: str, stamp: Mapping[str, Any]) -> str | None:
+    shard = run.shard_path(out, runtime, provider)
+    mine = cache.read_json(run.stamp_path(out, runtime, provider))
+    if not isinstance(mine, dict):
+        return f"{provider}: not run to the end yet"
+    artifacts = ((art_id, a["key"], a["digest"]) for art_id, a in stamp["artifacts"].items())
+    if mine.get("inputs") != run.stamp_inputs(artifacts, matrix, runtime, provider):
+        return f"{provider}: artifacts, settings or harness code changed"
+    try:
+        if cache.sha256_file(shard) != mine.get("sha256"):
+            return f"{provider}: {shard} changed since it was written"
+    except OSError:
+        return f"{provider}: {shard} is gone"
+    return cache.environment_unchanged(mine.get("env"))
+
+
+# The report ------------------------------------------------------------------
+
+
+def _report_code() -> tuple[str, ...]:
+    names = [p.relative_to(cache.PACKAGE).as_posix() for p in cache.PACKAGE.rglob("*") if p.suffix in (".py", ".html")]
+    return tuple(sorted(n for n in names if "__pycache__" not in n))
+
+
+def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
+    """A digest of what the report reads: the manifest, the profile's shards, the harness's code."""
+    files = [out / export.MANIFEST, *(run.shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
+    hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
+    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, cache.code_digest(_report_code()))
+
+
+def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
+    """After the report: its inputs and the hash of every file now under ``results``."""
+    outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in sorted(results.rglob("*")) if p.is_file()}
+    cache.write_json(out / REPORT_STAMP, {"inputs": report_inputs(out, profile, results, builtin), "outputs": outputs})
+
+
+def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str | None:
+    stamp = cache.read_json(out / REPORT_STAMP)
+    if not isinstance(stamp, dict):
+        return "no report yet"
+    if stamp.get("inputs") != report_inputs(out, profile, results, builtin):
+        return f"its inputs changed since {results} was written"
+    for name, sha in stamp["outputs"].items():
+        path = results / name
+        if not os.path.isfile(path) or cache.sha256_file(path) != sha:
+            return f"{path} differs from what the report wrote"
+    return None

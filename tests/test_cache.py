@@ -1,0 +1,242 @@
+"""Content-addressed caching (harness.cache, harness.plan) on real exports and the real runtime.
+
+A rerun with nothing changed exports nothing and runs nothing; a changed case
+redoes its own artifacts and cells and no other; a damaged cache entry or
+shard line is found by its hash and redone, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnxruntime
+import pytest
+
+from harness import cache, corpus, plan
+from harness.export import STAMP, STORE, export_all
+from harness.matrix import Profile, load
+from harness.run import read_shard, run_runtime, shard_path, stamp_path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = load(ROOT / "matrix.toml")
+NEWEST = MATRIX.runtime(onnxruntime.__version__)
+PROFILE = Profile("cache-test", (NEWEST,), ("cpu",), ("torchscript",), (18,))
+
+CORPUS = """
+import torch
+from harness.corpus import Case, randn, register
+
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Shift(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class Negate(torch.nn.Module):
+    def forward(self, x):
+        return -x
+
+
+for name, cls in (("double", Double), ("shift", Shift), ("negate", Negate)):
+    register(Case(name=name, model=cls, inputs=lambda: {"x": randn(2, 3)}, dynamic={"x": {0: "batch"}}))
+"""
+
+
+def _digests(sources: list[str], root: Path) -> dict[str, str]:
+    registry = corpus.load(sources, root)
+    return {c.name: cache.case_digest(c) for c in registry}
+
+
+def test_a_case_digest_is_the_same_in_a_fresh_process() -> None:
+    """No object id, address or hash seed leaks into a key: another process computes the same ones."""
+    here = _digests(list(MATRIX.corpus), ROOT)
+    code = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "from tests.test_cache import _digests; from harness.matrix import load; "
+        "m = load(Path(sys.argv[1]) / 'matrix.toml'); print(json.dumps(_digests(list(m.corpus), Path(sys.argv[1]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=300, env={"PYTHONHASHSEED": "12345"}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    there = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert there == here
+    assert len(set(here.values())) == len(here), "two cases share a key"
+
+
+def test_a_case_digest_follows_the_class_a_lazy_factory_builds(tmp_path: Path) -> None:
+    """corpus.lazy names its class by string: the key still changes when that class's code does, and
+    only for the cases built from it."""
+    pkg = tmp_path / "lazycorpus"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    nets = pkg / "_nets.py"
+    nets.write_text(
+        "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+        "class B(torch.nn.Module):\n    def forward(self, x):\n        return x - 1\n"
+    )
+    (pkg / "cases.py").write_text(
+        "from harness.corpus import Case, lazy, randn, register\n"
+        "register(Case(name='a', model=lazy('lazycorpus._nets', 'A'), inputs=lambda: {'x': randn(2)}))\n"
+        "register(Case(name='b', model=lazy('lazycorpus._nets', 'B'), inputs=lambda: {'x': randn(2)}))\n"
+    )
+    code = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]); "
+        "from tests.test_cache import _digests; print(json.dumps(_digests(['lazycorpus.cases'], Path(sys.argv[2]))))"
+    )
+
+    def digests() -> dict[str, str]:  # a fresh process each time: nothing cached in sys.modules
+        proc = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    before = digests()
+    nets.write_text(nets.read_text().replace("return x * 2", "return x * 3"))
+    after = digests()
+    assert after["a"] != before["a"]
+    assert after["b"] == before["b"]
+    nets.write_text(nets.read_text() + "\n\n# a comment and a blank line move no key\n")
+    assert digests() == after
+
+
+def test_seal_finds_a_changed_line_and_a_torn_one() -> None:
+    line = cache.seal({"case": "x", "status": "mismatch"})
+    assert cache.unseal(line) == ({"case": "x", "status": "mismatch"}, "ok")
+    data, state = cache.unseal(line.replace('"mismatch"', '"pass"'))
+    assert state == "corrupt" and data is not None and data["status"] == "pass"
+    assert cache.unseal(line[: len(line) // 2]) == (None, "torn")
+    assert cache.unseal('{"case": "x"}')[1] == "corrupt"  # no checksum at all: not trusted either
+
+
+def test_the_store_finds_a_damaged_entry_and_prunes_old_versions(tmp_path: Path) -> None:
+    store = cache.ExportStore(tmp_path / "store")
+    keys = []
+    for i in range(5):
+        tmp = store.begin(f"k{i}")
+        (tmp / "model.onnx").write_bytes(b"model %d" % i)
+        store.commit(f"k{i}", "case.torchscript.op18", tmp)
+        keys.append(f"k{i}")
+    view = tmp_path / "view"
+    store.link("k4", view)
+    assert store.check("k4") is None and store.linked("k4", view)
+    (view / "model.onnx").write_bytes(b"edited in place")  # a hard link: the entry changes with it
+    assert "does not match its recorded SHA-256" in (store.check("k4") or "")
+    assert store.check("nope") == "not cached"
+    assert store.prune(keep={"k0"}, versions=2) == 2  # k4, k3 are the newest two; k0 is kept as asked
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["k0", "k3", "k4"]
+
+
+@pytest.fixture()
+def user_corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "my_cases.py"
+    path.write_text(CORPUS)
+    return path
+
+
+def _export(out: Path, source: Path) -> list[str]:
+    lines: list[str] = []
+    export_all(MATRIX, PROFILE, [str(source)], out, root=ROOT, echo=lines.append, echo_error=lines.append)
+    return lines
+
+
+def _run(out: Path, **kwargs: bool) -> list[str]:
+    lines: list[str] = []
+    run_runtime(MATRIX, NEWEST, ["cpu"], out, echo=lines.append, **kwargs)
+    return lines
+
+
+def _plan(out: Path, source: Path) -> plan.Plan:
+    return plan.plan(MATRIX, PROFILE, out, out / "results", corpus=[str(source)])
+
+
+def _stats(out: Path) -> dict[str, float]:
+    return json.loads(stamp_path(out, NEWEST, "cpu").read_text())["stats"]
+
+
+def test_rerun_reuses_everything_and_a_change_redoes_only_its_own_case(tmp_path: Path, user_corpus: Path) -> None:
+    out = tmp_path / "build"
+    first = _export(out, user_corpus)
+    assert "export: 3 artifacts, 0 cached, 3 to export" in first
+    _run(out)
+    assert _stats(out)["ran"] == 6  # 3 artifacts × (example, batch3)
+    shard = shard_path(out, NEWEST, "cpu")
+    cells = shard.read_text()
+    inodes = {p.name: p.stat().st_ino for p in (out / "artifacts").glob("*/model.onnx")}
+    step = _plan(out, user_corpus)
+    assert step.export is None and not any(step.runs.values()), step.lines()
+
+    # Nothing changed: no export, no cell, the same shard byte for byte.
+    assert "export: 3 artifacts, 3 cached, 0 to export" in _export(out, user_corpus)
+    assert {p.name: p.stat().st_ino for p in (out / "artifacts").glob("*/model.onnx")} == inodes
+    assert any("0 to run" in line for line in _run(out))
+    assert _stats(out)["ran"] == 0 and shard.read_text() == cells
+
+    # One case's code changes and another's cache entry is damaged: those two redo, the third is kept.
+    user_corpus.write_text(CORPUS.replace("return x * 2", "return x * 3"))
+    store = cache.ExportStore(out / STORE)
+    shift_key = json.loads((out / "artifacts" / "shift.torchscript.op18" / "export.json").read_text())["cache_key"]
+    (store.entry(shift_key) / "reference.npz").write_bytes(b"not what was exported")
+    why = _plan(out, user_corpus).export or ""
+    assert "my_cases.py changed" in why
+    lines = _export(out, user_corpus)
+    assert "export: 3 artifacts, 1 cached, 2 to export" in lines
+    assert any("shift.torchscript.op18: cache entry" in ln and "does not match its recorded SHA-256" in ln for ln in lines)
+    exported = sorted(ln.split()[1] for ln in lines if ln.startswith("export ") and ln.split()[1].endswith(".op18"))
+    assert exported == ["double.torchscript.op18", "shift.torchscript.op18"]
+    assert store.check(shift_key) is None  # redone, whole again
+    _run(out)
+    assert _stats(out)["ran"] == 2  # double's two probes; shift re-exported to the same bytes, its cells kept
+    after = read_shard(shard)
+    assert {c.probe: c.diff is not None for c in after.values() if c.case == "double"} == {"example": True, "batch3": True}
+    assert all(c.status.value == "pass" for c in after.values())
+
+    # A shard line edited after it was written fails its checksum: that cell runs again.
+    text = shard.read_text().splitlines()
+    i = next(i for i, ln in enumerate(text) if '"case": "negate"' in ln and '"probe": "example"' in ln)
+    text[i] = text[i].replace('"seconds": ', '"seconds": 1', 1)
+    shard.write_text("\n".join(text) + "\n")
+    assert "changed since it was written" in (_plan(out, user_corpus).runs[NEWEST.id] or "")
+    assert any("1 line(s)" in ln and "fail their checksum" in ln for ln in _run(out))
+    assert _stats(out)["ran"] == 1
+    assert _plan(out, user_corpus).runs[NEWEST.id] is None
+
+    # --force ignores the cache.
+    _run(out, force=True)
+    assert _stats(out)["ran"] == 6
+
+
+def test_export_keys_change_with_what_the_export_depends_on() -> None:
+    settings = {"atol": 1e-4, "versions": {"torch": "2.13.0"}}
+    base = cache.export_key("src", "a.torchscript.op18", "torchscript", 18, settings)
+    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, dict(settings)) == base
+    assert cache.export_key("src2", "a.torchscript.op18", "torchscript", 18, settings) != base
+    assert cache.export_key("src", "a.dynamo.op18", "dynamo", 18, settings) != base
+    assert cache.export_key("src", "a.torchscript.op17", "torchscript", 17, settings) != base
+    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, {**settings, "versions": {"torch": "2.14.0"}}) != base
+    cell = cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 120})
+    assert cache.cell_key("digest", ["onnxruntime==1.31.1"], "cpu", "example", {"timeout": 120}) != cell
+    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "batch3", {"timeout": 120}) != cell
+    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 60}) != cell
+
+
+def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
+    out = tmp_path / "build"
+    assert _plan(out, user_corpus).export == "no export yet"
+    _export(out, user_corpus)
+    assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: not run to the end yet"
+    _run(out, latency=False)  # a shard without its timings is not finished either
+    assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: not run to the end yet"
+    _run(out)
+    assert _plan(out, user_corpus).runs[NEWEST.id] is None
+    stamp = json.loads((out / STAMP).read_text())
+    stamp["inputs"]["settings"]["atol"] = 1.0
+    (out / STAMP).write_text(json.dumps(stamp))
+    assert "settings changed" in (_plan(out, user_corpus).export or "")
