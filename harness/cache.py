@@ -22,6 +22,7 @@ Standard library only: the noxfile reads this module before any environment exis
 from __future__ import annotations
 
 import dataclasses
+import dis
 import enum
 import functools
 import hashlib
@@ -42,7 +43,7 @@ PACKAGE = Path(__file__).resolve().parent
 
 # Harness code an artifact's files depend on, and code a cell's verdict depends on: a change to any of
 # these files redoes what depends on it (the report's own code redoes only the report).
-EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "records.py", "compare.py")
+EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "records.py", "compare.py", "cache.py")
 RUN_CODE = ("run.py", "records.py", "compare.py", "localize.py", "backends/onnxruntime.py")
 
 CACHE_INFO = "cache.json"
@@ -141,6 +142,8 @@ class _SourceHasher:
     def __init__(self) -> None:
         self.memo: dict[int, str] = {}
         self.keep: list[Any] = []  # ids stay unique while the walk holds its objects
+        self.files: set[str] = set()
+        """Project files the walk read (modules named, imported inside a function): the plan watches them."""
 
     def of(self, obj: Any) -> str:
         key = id(obj)
@@ -148,7 +151,10 @@ class _SourceHasher:
             return self.memo[key]
         self.memo[key] = f"cycle:{type(obj).__qualname__}"
         self.keep.append(obj)
-        value = digest(self._describe(obj))
+        try:
+            value = digest(self._describe(obj))
+        except Exception as exc:  # never a constant key for what cannot be read: a fresh one, so never reused
+            value = digest("unhashable", type(obj).__qualname__, type(exc).__name__, os.urandom(16).hex())
         self.memo[key] = value
         return value
 
@@ -176,7 +182,7 @@ class _SourceHasher:
         if isinstance(obj, property):
             return ["property", self.of(obj.fget), self.of(obj.fset), self.of(obj.fdel)]
         if isinstance(obj, types.ModuleType):
-            return ["module", obj.__name__]
+            return self._module(obj.__name__, getattr(obj, "__file__", None))
         if isinstance(obj, type):
             return self._class(obj)
         if dataclasses.is_dataclass(obj):
@@ -184,9 +190,27 @@ class _SourceHasher:
         array = _array_bytes(obj)
         if array is not None:
             return ["array", *array]
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None and callable(obj):  # functools.cache, lru_cache, wraps
+            return ["wrapped", type(obj).__qualname__, self.of(wrapped)]
         if is_project_file(_module_file(type(obj).__module__)) and hasattr(obj, "__dict__"):
             return ["object", self.of(type(obj)), self.of(vars(obj))]
+        state = getattr(obj, "state_dict", None)
+        if callable(state) and type(obj).__module__.startswith("torch"):  # a library module instance: nn.Linear(4, 8)
+            return ["torch-module", type(obj).__qualname__, repr(obj), self.of(dict(state()))]
+        if callable(obj) and getattr(obj, "__qualname__", None):  # torch.relu, math.sqrt, numpy ufuncs
+            return ["callable", getattr(obj, "__module__", None) or type(obj).__module__, obj.__qualname__]
+        text = repr(obj)
+        if " at 0x" not in text:  # torch.float16, device(type='cpu'), range(0, 5), PosixPath('...')
+            return ["value", type(obj).__module__, type(obj).__qualname__, text]
         return ["opaque", type(obj).__module__, type(obj).__qualname__]
+
+    def _module(self, name: str, path: str | None) -> Any:
+        """A module by name; one of the project's by its file's bytes too (``helpers.Net()`` reaches it by attribute)."""
+        if path and is_project_file(path):
+            self.files.add(str(Path(path).resolve()))
+            return ["module", name, sha256_file(path)]
+        return ["module", name]
 
     def _code(self, co: types.CodeType) -> Any:
         consts = [self._code(c) if isinstance(c, types.CodeType) else self.of(c) for c in co.co_consts]
@@ -212,6 +236,7 @@ class _SourceHasher:
         names: set[str] = set()
         _names(fn.__code__, names)
         referenced = {n: fn.__globals__[n] for n in sorted(names) if n in fn.__globals__}
+        imported = [self._imported(m, fn.__globals__.get("__package__")) for m in sorted(_imports(fn.__code__))]
         closure = []
         for cell in fn.__closure__ or ():
             try:
@@ -225,7 +250,20 @@ class _SourceHasher:
             self.of(fn.__kwdefaults__),
             closure,
             [(n, self.of(v)) for n, v in referenced.items()],
+            imported,
         ]
+
+    def _imported(self, module: tuple[str, int], package: str | None) -> Any:
+        """A module imported inside a function (``from helpers import Net`` in a factory): by its file,
+        found without importing it."""
+        name, level = module
+        try:
+            resolved = importlib.util.resolve_name("." * level + name, package) if level else name
+        except (ImportError, ValueError):
+            return ["import", name, level]
+        spec = _find_spec(resolved)
+        origin = spec.origin if spec is not None else None
+        return ["import", resolved, self._module(resolved, origin) if origin and os.path.isfile(origin) else None]
 
     def _class(self, cls: type) -> Any:
         if not is_project_file(_module_file(cls.__module__)):
@@ -259,23 +297,46 @@ def _names(co: types.CodeType, into: set[str]) -> None:
             _names(c, into)
 
 
+def _imports(co: types.CodeType) -> set[tuple[str, int]]:
+    """``(module, level)`` of every ``import`` statement in ``co`` and the code nested in it."""
+    found: set[tuple[str, int]] = set()
+    level = 0
+    for ins in dis.get_instructions(co):
+        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, int):
+            level = ins.argval
+        elif ins.opname == "IMPORT_NAME":
+            found.add((str(ins.argval), level))
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            found |= _imports(c)
+    return found
+
+
 def _array_bytes(obj: Any) -> list[str] | None:
-    """A numpy array or a torch tensor: dtype, shape and a hash of its bytes."""
+    """A numpy array or a torch tensor: dtype, shape and a hash of its bytes (of any dtype: bfloat16 too)."""
     module = type(obj).__module__
-    if module.startswith("torch") and hasattr(obj, "detach"):
-        obj = obj.detach().cpu().numpy()
-    elif not module.startswith("numpy") or not hasattr(obj, "tobytes"):
+    if module.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "untyped_storage"):
+        t = obj.detach().cpu().contiguous()
+        return [str(t.dtype), repr(tuple(t.shape)), sha256_bytes(bytes(t.untyped_storage()))]
+    if not module.startswith("numpy") or not hasattr(obj, "tobytes") or not hasattr(obj, "dtype"):
         return None
     return [str(obj.dtype), repr(tuple(obj.shape)), sha256_bytes(obj.tobytes())]
 
 
-def case_digest(case: Any) -> str:
+def case_digest(case: Any, files: set[str] | None = None) -> str:
     """What one :class:`~harness.corpus.Case` is: every field (``source_dir``, a location, left out) and
-    the bytes of its probe files."""
+    the bytes of its probe files. The project files the walk read are added to ``files``."""
     h = _SourceHasher()
     fields = [(f.name, h.of(getattr(case, f.name))) for f in dataclasses.fields(case) if f.name != "source_dir"]
-    files = [(str(p.relative_to(case.source_dir)), sha256_file(p)) for p in probe_files(case)]
-    return digest("case", fields, files)
+    probes = [(str(p.relative_to(case.source_dir)), sha256_file(p)) for p in probe_files(case)]
+    if files is not None:
+        files |= h.files
+    return digest("case", fields, probes)
+
+
+def glob_names(folder: str, pattern: str) -> list[str]:
+    """The files ``pattern`` matches under ``folder``, relative and sorted: a new sample file is a change."""
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).glob(pattern) if p.is_file())
 
 
 def probe_files(case: Any) -> list[Path]:

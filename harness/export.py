@@ -483,9 +483,14 @@ def settings_of(matrix: Matrix) -> dict[str, Any]:
 def stamp_settings(matrix: Matrix, profile: Profile, corpus: Sequence[str], cases: Sequence[str] | None) -> dict[str, Any]:
     """What decides which artifacts an export writes, from matrix.toml and the command line alone:
     :mod:`harness.plan` compares it with the last export's stamp without starting the environment."""
+    reference = next(
+        (list(rt.requirements) for rt in matrix.runtimes if rt.pin == f"onnxruntime=={matrix.export.onnxruntime}"),
+        [f"onnxruntime=={matrix.export.onnxruntime}"],
+    )
     return {
         "settings": settings_of(matrix),
         "pins": dataclasses.asdict(matrix.export),
+        "reference_requirements": reference,  # what the export session installs beside torch
         "exporters": list(profile.exporters),
         "opsets": list(profile.opsets),
         "corpus": list(corpus),
@@ -495,6 +500,14 @@ def stamp_settings(matrix: Matrix, profile: Profile, corpus: Sequence[str], case
 
 # Failures that depend on the machine or on luck (a crash, a hang): never cached, exported again next time.
 _NOT_CACHED = ("ExporterCrash", "ExporterTimeout", "HarnessBug")
+
+
+def _cacheable(rec: ExportRecord) -> bool:
+    """Whether the store may keep this export: not a crash or hang of the exporter, not the user's own
+    code failing (a missing package or data file is fixed outside the case's source), not a reference
+    pass that ran out of time."""
+    timed_out = "timed out" in (rec.reference_runtime or "")
+    return rec.error_class not in _NOT_CACHED and not _user_error(rec) and not timed_out
 
 
 def export_all(
@@ -517,6 +530,7 @@ def export_all(
     store (every file's hash checked); ``force`` exports everything again.
     """
     t0 = time.perf_counter()
+    (out / STAMP).unlink(missing_ok=True)  # until this export ends, no stage may count on the last one
     registry = corpus_mod.load(corpus, root)  # problems are one line each; the other cases still export
     for problem in registry.problems:
         echo_error(problem)
@@ -532,8 +546,11 @@ def export_all(
     store = cache.ExportStore(out / STORE)
     settings = {**settings_of(matrix), "versions": versions()}
     key_settings = {k: v for k, v in settings.items() if k != "reference_timeout"}  # a budget, not an input
+    # Every package of this environment, not only the pinned ones (the dynamo exporter runs onnx-ir, sympy, ...).
+    key_settings["environment"] = cache.environment()["listing"]
     # The case's source: importing what its factories build (torch, in this environment) is part of it.
-    sources = {name: cache.case_digest(registry[name]) for name in dict.fromkeys(k.case for k in keys)}
+    watched: set[str] = set()
+    sources = {name: cache.case_digest(registry[name], watched) for name in dict.fromkeys(k.case for k in keys)}
     address = {k.id: cache.export_key(sources[k.case], k.id, k.exporter, k.opset, key_settings) for k in keys}
     records: dict[str, ExportRecord] = {}
     tasks = []
@@ -582,7 +599,7 @@ def export_all(
             for old in tmp.iterdir():  # what the dead exporter left behind
                 old.unlink()
             write_json(tmp / "export.json", rec.to_dict())
-        if rec.error_class in _NOT_CACHED:
+        if not _cacheable(rec):
             store.place(tmp, art_dir / key.id)
         else:
             store.commit(outcome.task["key"], key.id, tmp)
@@ -605,9 +622,8 @@ def export_all(
     }
     write_json(out / MANIFEST, manifest)
     store.prune(address.values())
-    _stamp(
-        out, root, matrix, profile, corpus, cases, registry, [records[k.id] for k in keys], len(tasks), time.perf_counter() - t0
-    )
+    done = [records[k.id] for k in keys]
+    _stamp(out, root, matrix, profile, corpus, cases, registry, done, watched, len(tasks), time.perf_counter() - t0)
     return [records[k.id] for k in keys], list(registry.problems)
 
 
@@ -620,21 +636,26 @@ def _stamp(
     cases: Sequence[str] | None,
     registry: corpus_mod.Registry,
     records: list[ExportRecord],
+    watched: set[str],
     exported: int,
     seconds: float,
 ) -> None:
     """What this export read (files, settings, environment) and wrote, for :mod:`harness.plan`. It is
     ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
     extra: list[str] = [str(_corpus_file(c, root)) for c in corpus] + [str(cache.PACKAGE / n) for n in cache.EXPORT_CODE]
+    extra += sorted(watched)
+    globs = []
     for case in registry:
         extra += cache.lazy_files(case) + [str(p) for p in cache.probe_files(case)]
+        globs += [[case.source_dir, pattern, cache.glob_names(case.source_dir, pattern)] for pattern in case.probe_files]
     cache.write_json(
         out / STAMP,
         {
             "inputs": stamp_settings(matrix, profile, corpus, cases),
             "files": cache.project_files(extra),
+            "globs": globs,
             "env": cache.environment(),
-            "complete": not registry.problems and all(r.error_class not in _NOT_CACHED for r in records),
+            "complete": not registry.problems and all(_cacheable(r) for r in records),
             "artifacts": {r.key.id: {"key": r.cache_key, "digest": r.digest} for r in records},
             "stats": {
                 "seconds": round(seconds, 3),

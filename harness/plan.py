@@ -109,6 +109,9 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
     why = cache.files_unchanged(stamp["files"]) or cache.environment_unchanged(stamp["env"])
     if why is not None:
         return why
+    for folder, pattern, names in stamp.get("globs", ()):
+        if cache.glob_names(folder, pattern) != names:
+            return f"the probe files {pattern!r} under {folder} changed"
     manifest = cache.read_json(out / export.MANIFEST)
     artifacts: Mapping[str, Mapping[str, str]] = stamp["artifacts"]
     if not isinstance(manifest, dict) or sorted(manifest.get("artifacts", ())) != sorted(artifacts):
@@ -147,16 +150,21 @@ def _report_code() -> tuple[str, ...]:
 
 
 def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
-    """A digest of what the report reads: the manifest, the profile's shards, the harness's code."""
+    """A digest of what the report reads: the manifest, every artifact's record (by its export's
+    content address: cards, claims, graphs), the profile's shards, the harness's code."""
     files = [out / export.MANIFEST, *(run.shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
     hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
-    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, cache.code_digest(_report_code()))
+    stamp = cache.read_json(out / export.STAMP)
+    exports = stamp.get("artifacts") if isinstance(stamp, dict) else None
+    code = cache.code_digest(_report_code())
+    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, exports, code)
 
 
 def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
     """After the report: its inputs and the hash of every file now under ``results``."""
     outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in sorted(results.rglob("*")) if p.is_file()}
-    cache.write_json(out / REPORT_STAMP, {"inputs": report_inputs(out, profile, results, builtin), "outputs": outputs})
+    inputs = report_inputs(out, profile, results, builtin)
+    cache.write_json(out / REPORT_STAMP, {"inputs": inputs, "outputs": outputs, "env": cache.environment()})
 
 
 def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str | None:
@@ -165,6 +173,8 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         return "no report yet"
     if stamp.get("inputs") != report_inputs(out, profile, results, builtin):
         return f"its inputs changed since {results} was written"
+    if (why := cache.environment_unchanged(stamp.get("env"))) is not None:
+        return why
     for name, sha in stamp["outputs"].items():
         path = results / name
         if not os.path.isfile(path) or cache.sha256_file(path) != sha:

@@ -82,15 +82,28 @@ def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRe
     return cells, exports
 
 
-def _fold(group: pd.DataFrame) -> str:
-    """One table cell from its probes: the worst status, and which probes it hit if not all."""
-    worst = max(group["status"], key=lambda s: Status(s).severity)
+def _fold(pairs: list[tuple[str, str]]) -> str:
+    """One table cell from its probes' ``(status, probe)``: the worst status, and which probes it hit if not all."""
+    worst = max((status for status, _ in pairs), key=lambda s: Status(s).severity)
     sym = Status(worst).symbol
     if worst != Status.PASS.value:
-        hit = sorted(group.loc[group["status"] == worst, "probe"])
-        if len(hit) < len(group):
+        hit = sorted(probe for status, probe in pairs if status == worst)
+        if len(hit) < len(pairs):
             sym += " " + ",".join(hit)
     return sym
+
+
+def _fold_table(df: pd.DataFrame) -> dict[str, dict[tuple[str, int, str], str]]:
+    """Every table cell, folded once: case → (exporter, opset, column) → symbol (plain Python: a pandas
+    groupby-apply per case took seconds)."""
+    groups: dict[tuple[str, str, int, str], list[tuple[str, str]]] = {}
+    keys = zip(df["case"], df["exporter"], df["opset"], df["column"], strict=True)
+    for key, status, probe in zip(keys, df["status"], df["probe"], strict=True):
+        groups.setdefault(key, []).append((status, probe))
+    table: dict[str, dict[tuple[str, int, str], str]] = {}
+    for (case, exporter, opset, column), pairs in groups.items():
+        table.setdefault(case, {})[(exporter, int(opset), column)] = _fold(pairs)
+    return table
 
 
 def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None, builtin: tuple[str, ...] = ()) -> str:
@@ -130,7 +143,10 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     df["column"] = [_column(c, providers) for c in cells]
     counts = df["status"].value_counts().to_dict()
     newest = max({c.runtime for c in cells}, key=lambda pin: version_tuple(pin.split("==")[-1]))
-    verdicts = {r.case: _claims(r, cells, newest) for r in exports}
+    by_case: dict[str, list[CellRecord]] = {}
+    for c in cells:
+        by_case.setdefault(c.case, []).append(c)
+    verdicts = {r.case: _claims(r, by_case.get(r.case, []), newest) for r in exports}
 
     runs = [
         p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)) if p.exists()
@@ -163,7 +179,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     mine = list(dict.fromkeys(r.case for r in exports if r.card.get("source_file") not in builtin))
     if mine:
         cols = _runtime_order(df["column"])
-        summary += "\n\nYour cases:\n" + _summary(df[df["case"].isin(mine)], cols, mine, links=False)
+        summary += "\n\nYour cases:\n" + _summary(_fold_table(df[df["case"].isin(mine)]), cols, mine, links=False)
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
     plan.write_report_stamp(out, profile, results, builtin)
@@ -340,8 +356,9 @@ def _markdown(
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
         by_case.setdefault(r.case, []).append(r)
+    table = _fold_table(df)
     for case in cases:
-        lines += _case_section(case, by_case[case], df[df["case"] == case], columns, verdicts[case])
+        lines += _case_section(case, by_case[case], df[df["case"] == case], table, columns, verdicts[case])
     lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
@@ -516,17 +533,27 @@ def _plots(results: Path, df: pd.DataFrame, folded: pd.Series, columns: list[str
     return figures
 
 
-def _summary(df: pd.DataFrame, columns: list[str], cases: list[str], *, links: bool = True) -> str:
-    df = df.assign(case=pd.Categorical(df["case"], categories=cases, ordered=True))  # corpus order, twin after its case
-    table = df.groupby(["case", "exporter", "opset", "column"], observed=True).apply(_fold, include_groups=False)
-    wide = table.unstack("column").reindex(columns=columns).fillna("")
-    wide = wide.reset_index()
-    if links:
-        wide["case"] = [f"[{c}](#{c})" for c in wide["case"]]
-    return tabulate(wide.values.tolist(), headers=["case", "exporter", "opset", *columns], tablefmt="github")
+def _summary(
+    table: dict[str, dict[tuple[str, int, str], str]], columns: list[str], cases: list[str], *, links: bool = True
+) -> str:
+    """Rows of ``cases`` (in that order; exporter, then opset), one column per runtime."""
+    rows = []
+    for case in cases:
+        cells = table.get(case, {})
+        for exporter, opset in sorted({(e, o) for e, o, _ in cells}):
+            label = f"[{case}](#{case})" if links else case
+            rows.append([label, exporter, opset, *(cells.get((exporter, opset, col), "") for col in columns)])
+    return tabulate(rows, headers=["case", "exporter", "opset", *columns], tablefmt="github")
 
 
-def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, columns: list[str], verdicts: list[str]) -> list[str]:
+def _case_section(
+    case: str,
+    exports: list[ExportRecord],
+    df: pd.DataFrame,
+    table: dict[str, dict[tuple[str, int, str], str]],
+    columns: list[str],
+    verdicts: list[str],
+) -> list[str]:
     card = exports[0].card
     lines = [f"### {case}", ""]
     if card.get("symptom"):
@@ -538,7 +565,7 @@ def _case_section(case: str, exports: list[ExportRecord], df: pd.DataFrame, colu
         lines.append(f"- defined in `{card['source_file']}`")
     if verdicts:
         lines += ["", "Where the gotcha was reproduced (the case's claims, checked against this table):", "", *verdicts]
-    lines += ["", "Across runtimes and providers:", "", _summary(df, columns, [case], links=False), ""]
+    lines += ["", "Across runtimes and providers:", "", _summary(table, columns, [case], links=False), ""]
     rows = []
     for r in sorted(exports, key=lambda r: (r.exporter, r.opset)):
         tracer = sum(w["category"] == "TracerWarning" for w in r.warnings)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -69,13 +70,15 @@ def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]
     if not path.exists():
         return cells, corrupt
     for line in path.read_text(encoding="utf-8").splitlines():
-        data, state = cache.unseal(line)
+        if sound:
+            data, state = cache.unseal(line)
+        else:  # a reader that reuses nothing need not re-encode every line to check it
+            data, state = _parse(line), "unchecked"
         if data is None:
             continue  # a line cut short by a kill
         if state == "corrupt":
             corrupt += 1
-            if sound:
-                continue
+            continue
         try:
             cell = CellRecord.from_dict(data)
         except (ValueError, KeyError, TypeError):
@@ -83,6 +86,17 @@ def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]
             continue
         cells[cell.key] = cell
     return cells, corrupt
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    data.pop(cache.CHECKSUM, None)
+    return data
 
 
 def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
@@ -141,6 +155,26 @@ def probe_environment() -> tuple[dict[str, str] | None, str, str | None]:
     return None, line + "\n" + proc.stderr[-4000:], None
 
 
+def _environment(out: Path, force: bool) -> tuple[dict[str, str] | None, str, str | None]:
+    """:func:`probe_environment`, remembered per environment and machine: the same packages on the
+    same host import the same way, so a rerun starts no child for it. A failed import is never
+    remembered; GPU providers are checked every time (a driver can come and go)."""
+    ident = cache.environment()
+    if ident["listing"] is None:
+        return probe_environment()
+    nvidia = Path("/proc/driver/nvidia/version")
+    key = cache.digest(ident["listing"], platform.node(), nvidia.read_text() if nvidia.is_file() else None)
+    path = out / "cache" / "envs" / f"{key[:32]}.json"
+    hit = None if force else cache.read_json(path)
+    if isinstance(hit, dict) and hit.get("key") == key:
+        return hit["env"], "", hit["cpu"]
+    env, error, cpu = probe_environment()
+    if env is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_json(path, {"key": key, "env": env, "cpu": cpu})
+    return env, error, cpu
+
+
 _PROVIDER_PROBE = (
     "import json, sys; from harness.backends.onnxruntime import provider_problem; "
     "print(json.dumps(provider_problem(sys.argv[1])))"
@@ -192,7 +226,8 @@ def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
 
 
 # Depend on this machine, not on the artifact: never reused by a rerun.
-_NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE)
+# A timeout may be the machine's load, not the artifact: run again next time, like these two.
+_NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE, Status.TIMEOUT)
 _CUT_SHORT = "localizing this mismatch was cut short"
 
 
@@ -240,7 +275,7 @@ def run_runtime(
     artifacts = load_artifacts(out)
     (out / "shards").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    env, import_error, cpu_problem = probe_environment()
+    env, import_error, cpu_problem = _environment(out, force)
     if env is not None and env.get("onnxruntime") != runtime.version:
         import_error = f"environment has onnxruntime {env.get('onnxruntime')}, expected {runtime.version}"
         env = None
@@ -272,9 +307,15 @@ def run_runtime(
             continue
         t_start = time.perf_counter()
         existing, corrupt = ({}, 0) if force else _read_shard(path, sound=True)
+        # Cells of artifacts this export does not hold (another profile's opsets, a --cases subset) stay in
+        # the shard for the next run that holds them again; the report reads only the export's artifacts.
+        current = {r.key.id for r in artifacts}
+        kept = [c for c in existing.values() if not c.runtime_wide and c.artifact.id not in current]
         if corrupt:
             echo(f"run {runtime.pin} {provider}: {corrupt} line(s) of {path} fail their checksum: those cells run again")
-        settings = settings_of(matrix)
+        # What the environment really holds (versions, platform, CPU, GPU) decides a verdict and a latency
+        # as much as the pin does: a recreated environment or another machine measures again.
+        settings = {**settings_of(matrix), "env": env}
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
         partial = 0
@@ -312,7 +353,7 @@ def run_runtime(
         )
         # Start the shard afresh with what is kept, then append as results arrive.
         stamp_path(out, runtime, provider).unlink(missing_ok=True)  # the shard is about to change
-        write_shard(path, cells.values())
+        write_shard(path, [*cells.values(), *kept])
         appender = _Appender(path)
         stats = Stats(reused=len(cells), corrupt=corrupt, ran=sum(len(t["probes"]) for t in tasks))
         try:
@@ -331,9 +372,9 @@ def run_runtime(
                 stats.latency_wall = time.perf_counter() - t0
         finally:
             appender.close()
-        write_shard(path, cells.values())
+        write_shard(path, [*cells.values(), *kept])
         stats.cells, stats.wall = len(cells), time.perf_counter() - t_start
-        if latency:  # a shard without its timings is not finished
+        if latency and _finished(cells.values(), {r.key.id: r for r in artifacts}, runtime, provider, settings):
             inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
             cache.write_json(
                 stamp_path(out, runtime, provider),
@@ -341,6 +382,22 @@ def run_runtime(
             )
         all_cells.extend(cells.values())
     return all_cells
+
+
+def _finished(
+    cells: Iterable[CellRecord], records: Mapping[str, ExportRecord], runtime: Runtime, provider: str, settings: Mapping[str, Any]
+) -> bool:
+    """Whether a rerun would find nothing to do: every cell of an exported artifact reusable, every
+    passing example timed. Only then is the shard stamped (and ``nox -s matrix`` skips its session)."""
+    for c in cells:
+        rec = records.get(c.artifact.id)
+        if rec is None or not rec.ok:
+            continue
+        if not _reusable(c, cache.cell_key(rec.digest, runtime.requirements, provider, c.probe, settings)):
+            return False
+        if c.probe == "example" and c.status is Status.PASS and c.latency is None:
+            return False
+    return True
 
 
 @dataclasses.dataclass

@@ -240,3 +240,135 @@ def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
     stamp["inputs"]["settings"]["atol"] = 1.0
     (out / STAMP).write_text(json.dumps(stamp))
     assert "settings changed" in (_plan(out, user_corpus).export or "")
+
+
+def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure(
+    tmp_path: Path, user_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness import run as run_mod
+
+    calls: list[str] = []
+    real = run_mod.probe_environment
+
+    def counting() -> tuple[dict[str, str] | None, str, str | None]:
+        calls.append("probe")
+        return real()
+
+    monkeypatch.setattr(run_mod, "probe_environment", counting)
+    out = tmp_path / "build"
+    _export(out, user_corpus)
+    _run(out)
+    _run(out)
+    assert calls == ["probe"]  # the second run asked no child process
+    _run(out, force=True)
+    assert calls == ["probe", "probe"]  # --force asks again
+
+    monkeypatch.setattr(run_mod, "probe_environment", lambda: (calls.append("broken"), (None, "onnxruntime fails", None))[1])
+    for old in (out / "cache" / "envs").iterdir():
+        old.unlink()
+    assert any("env-error" in line for line in _run(out))
+    assert any("env-error" in line for line in _run(out))
+    assert calls.count("broken") == 2  # a broken environment is checked every time
+
+
+HELPERS = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+"""
+
+REFERENCES = """
+import functools
+
+import torch
+
+import helpers_mod
+from harness.corpus import Case, randn, register
+
+ACT = torch.relu
+DT = torch.float32
+torch.manual_seed(0)
+SHARED = torch.nn.Linear(4, 4)
+HALF = torch.ones(2, dtype=torch.bfloat16)
+
+
+@functools.cache
+def scale():
+    return 2
+
+
+class Act(torch.nn.Module):
+    def forward(self, x):
+        return ACT(x).to(DT) * scale()
+
+
+def inner():
+    from helpers_inner import Net
+
+    return Net()
+
+
+def _x():
+    return {"x": randn(2, 4)}
+
+
+register(Case(name="by_attribute", model=lambda: helpers_mod.Net(), inputs=_x))
+register(Case(name="imported_inside", model=inner, inputs=_x))
+register(Case(name="builtin_dtype_cache", model=Act, inputs=_x))
+register(Case(name="library_module", model=lambda: SHARED, inputs=_x))
+register(Case(name="bfloat16_constant", model=lambda: torch.nn.Identity(), inputs=lambda: {"x": HALF.float()}))
+register(Case(name="control", model=lambda: torch.nn.Identity(), inputs=_x))
+"""
+
+
+def test_a_case_digest_sees_modules_imports_builtins_and_library_objects(tmp_path: Path) -> None:
+    """What a case reaches other than by a global name of its own file still moves its key: a local
+    module used by attribute, a module imported inside the factory, a builtin, a dtype, a cached
+    helper, a library module instance. A bfloat16 constant is hashed, not a crash."""
+    (tmp_path / "helpers_mod.py").write_text(HELPERS)
+    (tmp_path / "helpers_inner.py").write_text(HELPERS)
+    (tmp_path / "refs.py").write_text(REFERENCES)
+    code = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]); "
+        "from tests.test_cache import _digests; "
+        "print(json.dumps(_digests([str(Path(sys.argv[2]) / 'refs.py')], Path(sys.argv[2]))))"
+    )
+
+    def digests() -> dict[str, str]:
+        proc = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    before = digests()
+    assert len(before) == 6 and digests() == before  # the same in another process
+    (tmp_path / "helpers_mod.py").write_text(HELPERS.replace("x * 2", "x * 3"))
+    (tmp_path / "helpers_inner.py").write_text(HELPERS.replace("x * 2", "x * 4"))
+    refs = REFERENCES.replace("ACT = torch.relu", "ACT = torch.tanh").replace("return 2", "return 3")
+    (tmp_path / "refs.py").write_text(refs.replace("torch.nn.Linear(4, 4)", "torch.nn.Linear(4, 8)"))
+    after = digests()
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"by_attribute", "imported_inside", "builtin_dtype_cache", "library_module"}
+    (tmp_path / "refs.py").write_text(
+        refs.replace("torch.nn.Linear(4, 4)", "torch.nn.Linear(4, 8)").replace("float32", "float16")
+    )
+    assert digests()["builtin_dtype_cache"] != after["builtin_dtype_cache"]
+
+
+def test_the_plan_sees_a_new_probe_file(tmp_path: Path) -> None:
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    import numpy as np
+
+    np.save(samples / "one.npy", np.ones((2, 3), dtype=np.float32))
+    source = tmp_path / "with_files.py"
+    source.write_text(
+        CORPUS.replace('dynamic={"x": {0: "batch"}}', 'dynamic={"x": {0: "batch"}}, probe_files=("samples/*.npy",)')
+    )
+    out = tmp_path / "build"
+    _export(out, source)
+    assert _plan(out, source).export is None
+    np.save(samples / "two.npy", np.zeros((2, 3), dtype=np.float32))
+    assert "probe files" in (_plan(out, source).export or "")

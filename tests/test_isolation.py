@@ -218,3 +218,4 @@ def test_resume_redoes_a_mismatch_whose_localization_a_killed_run_left_undone() 
     assert not _reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), key)  # a harness bug, since fixed
     assert not _reusable(done.replace(cache_key="another key"), key)  # another artifact, runtime or setting
     assert _reusable(done.replace(status=Status.CRASH, error_class="Crash"), key)  # a real fault of this artifact stands
+    assert not _reusable(done.replace(status=Status.TIMEOUT, error_class="Timeout"), key)  # maybe the machine's load
