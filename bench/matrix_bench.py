@@ -184,6 +184,11 @@ def _print(rows: list[dict[str, Any]], poly: dict[str, Any] | None) -> None:
             f"({poly['median_invocation_s']:.2f}s per invocation): ratio {poly['ratio']:.0f}x; "
             f"verdicts agree on {poly['agree']}/{poly['agree'] + poly['disagree']}"
         )
+        if poly["harness_all_cells"] != poly["cells"]:
+            print(
+                f"  the harness over every ok artifact of the export ({poly['harness_all_cells']} cells, its start-up spread "
+                f"over them): {poly['harness_all_cells_per_s']:.0f} cells/s, {poly['ratio_at_scale']:.0f}x Polygraphy's rate"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
