@@ -21,7 +21,7 @@ Then, for the same artifacts on the same runtime, the harness against NVIDIA Pol
 ``nox -s polygraphy_bench`` (bench/polygraphy_bench.py).
 
     python bench/matrix_bench.py                          # both profiles, then Polygraphy (about 25 min on 2 cores)
-    python bench/matrix_bench.py --profiles default --polygraphy-sample 0
+    python bench/matrix_bench.py --profiles default --polygraphy-sample -1
     python bench/matrix_bench.py --json build/bench.json  # also write the figures
 
 Needs nox and uv on PATH (the README's set-up); run it on an otherwise idle machine.
@@ -144,9 +144,9 @@ def _done_since(before: dict[Path, Any], after: dict[Path, Any]) -> tuple[int, i
 
 
 def _polygraphy(build: Path, sample: int, envdir: Path, log: Path, work: Path) -> dict[str, Any] | None:
-    if sample <= 0:
+    if sample < 0:
         return None
-    print(f"polygraphy: {sample} artifacts …", flush=True)
+    print(f"polygraphy: {sample or 'every'} artifact(s) …", flush=True)
     target = work / "polygraphy.json"
     _nox(
         ["-s", "polygraphy_bench", "--", "--build", str(build), "--sample", str(sample), "--json", str(target)],
@@ -194,7 +194,9 @@ def _print(rows: list[dict[str, Any]], poly: dict[str, Any] | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", default="default,full", help="comma-separated profiles of matrix.toml (default: default,full)")
-    ap.add_argument("--polygraphy-sample", type=int, default=40, help="artifacts for the Polygraphy comparison (0: skip)")
+    ap.add_argument(
+        "--polygraphy-sample", type=int, default=40, help="artifacts for the Polygraphy comparison (0: every one; -1: skip it)"
+    )
     ap.add_argument("--keep", default=None, help="work in this folder and keep it (default: a temporary folder, removed)")
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args(argv)

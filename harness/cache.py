@@ -35,7 +35,7 @@ import sys
 import sysconfig
 import time
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -537,11 +537,3 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def each(values: Iterable[Any], fn: Callable[[Any], str | None]) -> str | None:
-    """The first non-None answer of ``fn`` over ``values``."""
-    for v in values:
-        if (why := fn(v)) is not None:
-            return why
-    return None

@@ -747,6 +747,7 @@ def localize_cell(
     rtol: float,
     providers: Sequence[str] = ("CPUExecutionProvider",),
     threads: int = 1,
+    reuse: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run stage: where does a mismatching cell start? numpy and the given onnxruntime module only.
 
@@ -762,6 +763,8 @@ def localize_cell(
         rtol: The case's relative tolerance.
         providers: Execution providers, as the cell used them.
         threads: Intra-op threads.
+        reuse: A dict kept across the probes of one artifact: its debug session and files are
+            loaded once, however many of its probes mismatch.
 
     Returns:
         A dict :func:`describe_localization` turns into one line, with any of:
@@ -776,8 +779,11 @@ def localize_cell(
     art = Path(art_dir)
     if not (art / NODES).exists() or not (art / DEBUG_MODEL).exists():
         return {"error": "no debug model for this artifact"}
-    nodes = json.loads((art / NODES).read_text(encoding="utf-8"))
-    meta = json.loads((art / LOCALIZATION).read_text(encoding="utf-8")) if (art / LOCALIZATION).exists() else {}
+    reuse = {} if reuse is None else reuse
+    if "nodes" not in reuse:
+        reuse["nodes"] = json.loads((art / NODES).read_text(encoding="utf-8"))
+        reuse["meta"] = json.loads((art / LOCALIZATION).read_text(encoding="utf-8")) if (art / LOCALIZATION).exists() else {}
+    nodes, meta = reuse["nodes"], reuse["meta"]
     export_side = meta.get("probes", {}).get(probe, {})
     out: dict[str, Any] = {}
     if export_side.get("reference", "ok") != "ok":
@@ -788,13 +794,14 @@ def localize_cell(
     if not want:
         out["error"] = export_side.get("error") or meta.get("error") or f"no reference values for probe {probe!r}"
         return out
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(str(art / DEBUG_MODEL), sess_options=so, providers=list(providers))
-        got = run_values(sess, feeds)
+        if "debug" not in reuse:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = threads
+            so.inter_op_num_threads = 1
+            so.log_severity_level = 3
+            reuse["debug"] = ort.InferenceSession(str(art / DEBUG_MODEL), sess_options=so, providers=list(providers))
+        got = run_values(reuse["debug"], feeds)
     except Exception as exc:
         out["error"] = f"debug model: {type(exc).__name__}: {first_line(str(exc))}"
         return out

@@ -300,6 +300,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
         ref = np.load(art / "reference.npz")
         profiling = True
         inference = localizing = 0.0
+        reuse: dict[str, Any] = {}
         for probe in probes:
             t1 = time.perf_counter()
             cell = base.replace(probe=probe, stage=Stage.RUN)
@@ -343,7 +344,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"event": "localizing", "probe": probe}
             t_localize = time.perf_counter()
             try:
-                cell = _localize(art, rec, cell, feeds, want, task["threads"])
+                cell = _localize(art, rec, cell, feeds, want, task["threads"], reuse)
             except Exception as exc:  # a harness bug here costs the localization, never the probes after it
                 cell = cell.noted(f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}")
             localizing += time.perf_counter() - t_localize
@@ -363,7 +364,13 @@ def _output_localization(art: Path, names: list[str], want: list[np.ndarray], ou
 
 
 def _localize(
-    art: Path, rec: ExportRecord, cell: CellRecord, feeds: Mapping[str, np.ndarray], want: list[np.ndarray], threads: int
+    art: Path,
+    rec: ExportRecord,
+    cell: CellRecord,
+    feeds: Mapping[str, np.ndarray],
+    want: list[np.ndarray],
+    threads: int,
+    reuse: dict[str, Any] | None = None,
 ) -> CellRecord:
     """Where a mismatch starts, and whether the graph optimizer is to blame.
 
@@ -379,13 +386,23 @@ def _localize(
     """
     notes = [cell.note] if cell.note else []
     optimizer: bool | None = None
+    reuse = {} if reuse is None else reuse  # the artifact's extra sessions, made once for all its mismatching probes
     try:
-        sess = _session(art / "model.onnx", cell.provider, threads, optimize=False)
-        optimizer, _ = compare(want, sess.run(None, dict(feeds)), atol=rec.atol, rtol=rec.rtol)
+        if "unoptimized" not in reuse:
+            reuse["unoptimized"] = _session(art / "model.onnx", cell.provider, threads, optimize=False)
+        optimizer, _ = compare(want, reuse["unoptimized"].run(None, dict(feeds)), atol=rec.atol, rtol=rec.rtol)
     except Exception as exc:
         notes.append(f"with graph optimizations disabled the probe fails: {error_line(str(exc))}")
     found = localize.localize_cell(
-        _ORT, art, cell.probe, feeds, atol=rec.atol, rtol=rec.rtol, providers=[PROVIDERS[cell.provider]], threads=threads
+        _ORT,
+        art,
+        cell.probe,
+        feeds,
+        atol=rec.atol,
+        rtol=rec.rtol,
+        providers=[PROVIDERS[cell.provider]],
+        threads=threads,
+        reuse=reuse.setdefault("debug", {}),
     )
     error = found.pop("error", None)
     where = localize.describe_localization(found)
