@@ -93,9 +93,10 @@ def seal(data: Mapping[str, Any]) -> str:
     return f'{body[:-1]}, "{CHECKSUM}": "{sha256_bytes(body.encode())[:16]}"}}'
 
 
-def unseal(line: str) -> tuple[dict[str, Any] | None, str]:
+def unseal(line: str, *, verify: bool = True) -> tuple[dict[str, Any] | None, str]:
     """``(data, "ok")``; ``(None, "torn")`` for a line a kill cut short; ``(data, "corrupt")`` when the
-    checksum is missing or wrong (the line parses but was changed after it was written)."""
+    checksum is missing or wrong (the line parses but was changed after it was written). Without
+    ``verify`` (a reader that reuses nothing) the line is not encoded again to check it: ``"unchecked"``."""
     try:
         data = json.loads(line)
     except ValueError:
@@ -103,6 +104,8 @@ def unseal(line: str) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(data, dict):
         return None, "torn"
     check = data.pop(CHECKSUM, None)
+    if not verify:
+        return data, "unchecked"
     if check != sha256_bytes(json.dumps(data, sort_keys=True).encode())[:16]:
         return data, "corrupt"
     return data, "ok"
@@ -279,6 +282,8 @@ class _SourceHasher:
         except Exception as exc:
             spec = _find_spec(module)
             origin = spec.origin if spec is not None else None
+            if origin and os.path.isfile(origin):
+                self.files.add(str(Path(origin).resolve()))  # not in sys.modules: the plan must watch it by name
             content = sha256_file(origin) if origin and os.path.isfile(origin) else "missing"
             return ["unimportable", module, name, type(exc).__name__, content]
 
@@ -341,17 +346,6 @@ def glob_names(folder: str, pattern: str) -> list[str]:
 
 def probe_files(case: Any) -> list[Path]:
     return [p for pattern in case.probe_files for p in sorted(Path(case.source_dir).glob(pattern)) if p.is_file()]
-
-
-def lazy_files(case: Any) -> list[str]:
-    """The files of the modules ``corpus.lazy`` factories of ``case`` build from (imported or not)."""
-    out = []
-    lazy = getattr(case.model, "__harness_lazy__", None)
-    if lazy is not None:
-        spec = _find_spec(lazy[0])
-        if spec is not None and spec.origin and os.path.isfile(spec.origin):
-            out.append(spec.origin)
-    return out
 
 
 def project_files(extra: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str]:
@@ -462,11 +456,8 @@ class ExportStore:
     def link(self, key: str, view: Path) -> None:
         """Make ``view`` hold exactly the entry's files, as hard links (copies where links fail)."""
         entry = self.entry(key)
-        view.mkdir(parents=True, exist_ok=True)
         names = {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO}
-        for old in view.iterdir():
-            if old.name not in names:
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        _empty(view, keep=names)
         for name in sorted(names):
             src, dst = entry / name, view / name
             if dst.exists() and os.path.samefile(src, dst):
@@ -481,9 +472,7 @@ class ExportStore:
 
     def place(self, tmp: Path, view: Path) -> None:
         """Move an export that is not cached (a crash, a hang) from ``tmp`` into ``view``."""
-        view.mkdir(parents=True, exist_ok=True)
-        for old in view.iterdir():
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        _empty(view)
         for p in tmp.iterdir():
             os.replace(p, view / p.name)
         tmp.rmdir()
@@ -522,6 +511,15 @@ class ExportStore:
                     removed += 1
         shutil.rmtree(self.root / ".tmp", ignore_errors=True)
         return removed
+
+
+def _empty(folder: Path, keep: Iterable[str] = ()) -> None:
+    """Make ``folder`` exist and hold nothing but the files named in ``keep``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    keep = set(keep)
+    for old in folder.iterdir():
+        if old.name not in keep:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
 def write_json(path: Path, data: Any) -> None:

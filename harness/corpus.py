@@ -277,14 +277,22 @@ def load(sources: Iterable[str], root: Path | None = None) -> Registry:
     return registry
 
 
-def _source_dir(source: str, root: Path) -> Path:
-    """Where a corpus module lives: probe_files are relative to it."""
+def source_file(source: str, root: Path) -> Path:
+    """The file of a corpus source (a dotted module name or a ``.py`` path), found without importing it
+    (a dotted name's parent packages are imported, as loading it would)."""
     if source.endswith(".py") or "/" in source:
         path = Path(source)
-        return (path if path.is_absolute() else root / path).parent
-    spec = importlib.util.find_spec(source.split(".")[0])
-    base = Path(spec.origin).parent if spec and spec.origin else root
-    return base.joinpath(*source.split(".")[1:-1]) if "." in source else base
+        return path if path.is_absolute() else root / path
+    try:
+        spec = importlib.util.find_spec(source)
+    except Exception:  # a parent package that fails to import: loading the source says so, in one line
+        spec = None
+    return Path(spec.origin) if spec is not None and spec.origin else root / source
+
+
+def _source_dir(source: str, root: Path) -> Path:
+    """Where a corpus module lives: probe_files are relative to it."""
+    return source_file(source, root).parent
 
 
 def _import(source: str, root: Path) -> None:

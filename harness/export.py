@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib
-import importlib.util
 import io
 import json
 import logging
@@ -642,11 +641,11 @@ def _stamp(
 ) -> None:
     """What this export read (files, settings, environment) and wrote, for :mod:`harness.plan`. It is
     ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
-    extra: list[str] = [str(_corpus_file(c, root)) for c in corpus] + [str(cache.PACKAGE / n) for n in cache.EXPORT_CODE]
+    extra = [str(corpus_mod.source_file(c, root)) for c in corpus] + [str(cache.PACKAGE / n) for n in cache.EXPORT_CODE]
     extra += sorted(watched)
     globs = []
     for case in registry:
-        extra += cache.lazy_files(case) + [str(p) for p in cache.probe_files(case)]
+        extra += [str(p) for p in cache.probe_files(case)]
         globs += [[case.source_dir, pattern, cache.glob_names(case.source_dir, pattern)] for pattern in case.probe_files]
     cache.write_json(
         out / STAMP,
@@ -665,11 +664,3 @@ def _stamp(
             },
         },
     )
-
-
-def _corpus_file(source: str, root: Path) -> Path:
-    """The file of a corpus source (a dotted module or a .py path), imported or not."""
-    if source.endswith(".py") or "/" in source:
-        return Path(source) if Path(source).is_absolute() else root / source
-    spec = importlib.util.find_spec(source) if importlib.util.find_spec(source.split(".")[0]) else None
-    return Path(spec.origin) if spec is not None and spec.origin else root / source

@@ -70,10 +70,7 @@ def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]
     if not path.exists():
         return cells, corrupt
     for line in path.read_text(encoding="utf-8").splitlines():
-        if sound:
-            data, state = cache.unseal(line)
-        else:  # a reader that reuses nothing need not re-encode every line to check it
-            data, state = _parse(line), "unchecked"
+        data, state = cache.unseal(line, verify=sound)
         if data is None:
             continue  # a line cut short by a kill
         if state == "corrupt":
@@ -86,17 +83,6 @@ def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]
             continue
         cells[cell.key] = cell
     return cells, corrupt
-
-
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    data.pop(cache.CHECKSUM, None)
-    return data
 
 
 def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
@@ -316,6 +302,7 @@ def run_runtime(
         # What the environment really holds (versions, platform, CPU, GPU) decides a verdict and a latency
         # as much as the pin does: a recreated environment or another machine measures again.
         settings = {**settings_of(matrix), "env": env}
+        keys: dict[str, str] = {}  # cell key → content address, for every probe of an exported artifact
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
         partial = 0
@@ -327,9 +314,10 @@ def run_runtime(
                 continue
             todo = []
             for p in rec.probes:
-                key = cache.cell_key(rec.digest, runtime.requirements, provider, p, settings)
-                old = existing.get(base.replace(probe=p).key)
-                if old is not None and _reusable(old, key):
+                where = base.replace(probe=p).key
+                keys[where] = cache.cell_key(rec.digest, runtime.requirements, provider, p, settings)
+                old = existing.get(where)
+                if old is not None and _reusable(old, keys[where]):
                     cells[old.key] = old
                 else:
                     todo.append(p)
@@ -343,7 +331,7 @@ def run_runtime(
                         "env": base.env,
                         "threads": 1,
                         "probes": todo,
-                        "keys": {p: cache.cell_key(rec.digest, runtime.requirements, provider, p, settings) for p in todo},
+                        "keys": {p: keys[base.replace(probe=p).key] for p in todo},
                     }
                 )
         echo(
@@ -374,7 +362,7 @@ def run_runtime(
             appender.close()
         write_shard(path, [*cells.values(), *kept])
         stats.cells, stats.wall = len(cells), time.perf_counter() - t_start
-        if latency and _finished(cells.values(), {r.key.id: r for r in artifacts}, runtime, provider, settings):
+        if latency and _finished(cells.values(), keys):
             inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
             cache.write_json(
                 stamp_path(out, runtime, provider),
@@ -384,16 +372,14 @@ def run_runtime(
     return all_cells
 
 
-def _finished(
-    cells: Iterable[CellRecord], records: Mapping[str, ExportRecord], runtime: Runtime, provider: str, settings: Mapping[str, Any]
-) -> bool:
-    """Whether a rerun would find nothing to do: every cell of an exported artifact reusable, every
-    passing example timed. Only then is the shard stamped (and ``nox -s matrix`` skips its session)."""
+def _finished(cells: Iterable[CellRecord], keys: Mapping[str, str]) -> bool:
+    """Whether a rerun would find nothing to do: every cell of an exported artifact (those ``keys``
+    holds) reusable, every passing example timed. Only then is the shard stamped (and ``nox -s matrix``
+    skips its session)."""
     for c in cells:
-        rec = records.get(c.artifact.id)
-        if rec is None or not rec.ok:
-            continue
-        if not _reusable(c, cache.cell_key(rec.digest, runtime.requirements, provider, c.probe, settings)):
+        if c.key not in keys:
+            continue  # decided by the export alone (failed, skipped)
+        if not _reusable(c, keys[c.key]):
             return False
         if c.probe == "example" and c.status is Status.PASS and c.latency is None:
             return False
