@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness import plan  # noqa: E402
+from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from harness.matrix import load  # noqa: E402
 
@@ -55,7 +56,8 @@ EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxs
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
 # The tests run on the reference runtime (the newest). Playwright drives the system's Chromium (Debian's
 # `chromium`, which .ci/run installs); its own browser download is never used.
-TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", "playwright>=1.40"]
+# check-jsonschema validates the nightly workflow against its vendored GitHub Actions schema (offline).
+TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4", "playwright>=1.40", "check-jsonschema>=0.29"]
 
 
 def _options(posargs: list[str]) -> argparse.Namespace:
@@ -153,15 +155,34 @@ def export(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("runtime", [nox.param(rt.pin, id=rt.id, tags=["run", rt.package]) for rt in MATRIX.runtimes])
+@nox.parametrize(
+    "runtime", [nox.param(rt.pin, id=rt.id, tags=["run", rt.package, "gpu" if rt.gpu else "cpu"]) for rt in MATRIX.runtimes]
+)
 def run(session: nox.Session, runtime: str) -> None:
     """Run the exported artifacts on one pinned runtime (no torch here)."""
     ns = _options(session.posargs)
     rt = MATRIX.runtime(runtime)
-    session.install(*rt.requirements)
+    env = {}
+    if rt.gpu and (why := nvidia_driver_problem()) is None:
+        session.install(*rt.gpu_install)
+        env["LD_LIBRARY_PATH"] = _gpu_library_path(session)
+    else:
+        if rt.gpu:  # the GPU columns will say why, cell by cell, as `unavailable`; the session succeeds
+            session.log(f"{why}: installing {' '.join(rt.requirements)} only, not {' '.join(rt.gpu_requirements) or rt.pin}")
+        session.install(*rt.requirements)
     _harness(session)
     extra = ["--force"] if ns.force else []
-    session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra)
+    session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
+
+
+def _gpu_library_path(session: nox.Session) -> str:
+    """The CUDA, cuDNN and TensorRT libraries the GPU wheels put in site-packages, for the loader
+    (onnxruntime before 1.21 has no preload_dlls, and TensorRT's provider dlopens libnvinfer by name)."""
+    location = Path(getattr(session.virtualenv, "location", "") or ".")
+    site = "lib/python*/site-packages"
+    patterns = ("nvidia/*/lib", "nvidia/cu*/lib", "tensorrt_libs")
+    dirs = sorted({str(d) for pattern in patterns for d in location.glob(f"{site}/{pattern}")})
+    return os.pathsep.join([*dirs, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
 
 
 @nox.session

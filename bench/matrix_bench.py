@@ -87,7 +87,7 @@ def _nox(args: list[str], *, envdir: Path, log: Path) -> float:
 def _floor(out: Path, profile: Any) -> dict[str, float]:
     """The work of the run that wrote ``out``, from the stamps its stages left: seconds summed over processes."""
     export = (cache.read_json(out / STAMP) or {}).get("stats", {})
-    runs = [cache.read_json(stamp_path(out, rt, p)) or {} for rt in profile.runtimes for p in profile.providers]
+    runs = [cache.read_json(stamp_path(out, rt, p)) or {} for rt, p in profile.shards()]
     stats = [r.get("stats", {}) for r in runs]
     return {
         "export_wall": export.get("seconds", 0.0),
@@ -126,7 +126,7 @@ def bench_profile(name: str, work: Path, envdir: Path, log: Path, *, make_envs: 
 
 
 def _stamps(out: Path, profile: Any) -> dict[Path, Any]:
-    paths = [out / STAMP, *(stamp_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
+    paths = [out / STAMP, *(stamp_path(out, rt, p) for rt, p in profile.shards())]
     return {p: cache.read_json(p) for p in paths}
 
 

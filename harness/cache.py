@@ -44,7 +44,15 @@ PACKAGE = Path(__file__).resolve().parent
 # Harness code an artifact's files depend on, and code a cell's verdict depends on: a change to any of
 # these files redoes what depends on it (the report's own code redoes only the report).
 EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "records.py", "compare.py", "cache.py")
-RUN_CODE = ("run.py", "records.py", "compare.py", "localize.py", "backends/onnxruntime.py")
+RUN_CODE = (
+    "run.py",
+    "records.py",
+    "compare.py",
+    "localize.py",
+    "backends/onnxruntime.py",
+    "backends/tensorrt.py",
+    "backends/gpu.py",
+)
 
 CACHE_INFO = "cache.json"
 CHECKSUM = "checksum"

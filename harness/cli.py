@@ -63,6 +63,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="redo every cell, ignoring the cache")
     p.add_argument("--no-latency", action="store_true", help="skip the latency phase")
 
+    p = sub.add_parser(
+        "jobs",
+        help="the nightly's run jobs for a profile, as one line of JSON (a GitHub Actions matrix), from `nox -l --json -t run`",
+    )
+    _common(p)
+    p.add_argument("sessions", type=Path, help="the output of `nox -l --json -t run`")
+
+    p = sub.add_parser(
+        "gather",
+        help="merge shards that run jobs uploaded into the export's build folder (refuses shards of other artifacts)",
+    )
+    _common(p)
+    p.add_argument("sources", nargs="+", type=Path, help="shard files, or folders searched for *.jsonl shards")
+
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
     p.add_argument(
@@ -149,12 +163,24 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "validate":
         for prof in matrix.profiles.values():
-            columns = len(prof.runtimes) * len(prof.providers) * len(prof.exporters) * len(prof.opsets)
+            shards = len(prof.shards())
+            columns = shards * len(prof.exporters) * len(prof.opsets)
             print(
-                f"{prof.name}: {len(prof.runtimes)} runtimes × {len(prof.providers)} providers × "
+                f"{prof.name}: {len(prof.runtimes)} runtimes, {shards} runtime × provider columns × "
                 f"{len(prof.exporters)} exporters × {len(prof.opsets)} opsets = {columns} columns per case"
             )
         print(f"{args.matrix}: ok")
+        return 0
+    if args.command == "jobs":
+        from harness import nightly
+
+        print(json.dumps(nightly.jobs(args.sessions, profile), separators=(",", ":")))
+        return 0
+    if args.command == "gather":
+        from harness import nightly
+
+        written = nightly.gather(out, profile, args.sources)
+        print(f"gathered {len(written)} shards into {out / 'shards'}")
         return 0
     if args.command == "sessions":
         for rt in profile.runtimes:
@@ -198,10 +224,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness import run
 
         runtime = matrix.runtime(args.runtime)
-        providers = args.provider or list(profile.providers)
+        providers = args.provider or list(profile.columns(runtime))
+        offered = matrix_mod.PACKAGE_PROVIDERS[runtime.package]
         for p in providers:
-            if p not in matrix_mod.PROVIDERS:
-                raise HarnessError(f"--provider {p!r} is unknown; use {', '.join(matrix_mod.PROVIDERS)}")
+            base, precision = matrix_mod.split_column(p)
+            if base not in offered or precision not in matrix_mod.PRECISIONS or (precision != "fp32" and base == "cuda"):
+                raise HarnessError(
+                    f"--provider {p!r} is not a column {runtime.pin} runs; use {', '.join(offered)}"
+                    + (" (tensorrt-fp16 for fp16)" if "tensorrt" in offered else "")
+                )
         t0 = time.perf_counter()
         cells = run.run_runtime(matrix, runtime, providers, out, force=args.force, latency=not args.no_latency)
         counts: dict[str, int] = {}

@@ -24,19 +24,47 @@ from harness.errors import HarnessError
 
 EXPORTERS = ("torchscript", "dynamo")
 
-# Provider short name → onnxruntime execution provider.
+# Provider short name → onnxruntime execution provider. For the native TensorRT runtime (package
+# ``tensorrt``), ``tensorrt`` is TensorRT itself: its ONNX parser and an engine built by its builder.
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
     "tensorrt": "TensorrtExecutionProvider",
 }
 
+# What each runtime package can run. A profile's providers are run where the package offers them.
+PACKAGE_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "onnxruntime": ("cpu",),
+    "onnxruntime-gpu": ("cpu", "cuda", "tensorrt"),
+    "tensorrt": ("tensorrt",),
+}
+
+# The precision axis: TensorRT (the execution provider and the native backend) builds fp32 or fp16
+# engines. A column is the provider, plus the precision when it is not fp32: ``tensorrt-fp16``.
+PRECISIONS = ("fp32", "fp16")
+PRECISION_PROVIDERS = ("tensorrt",)
+
+
+def column(provider: str, precision: str = "fp32") -> str:
+    """The shard and table column of ``provider`` at ``precision``: ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
+    return provider if precision == "fp32" else f"{provider}-{precision}"
+
+
+def split_column(name: str) -> tuple[str, str]:
+    """``tensorrt-fp16`` → ``("tensorrt", "fp16")``; ``cuda`` → ``("cuda", "fp32")``."""
+    provider, _, precision = name.partition("-")
+    return provider, precision or "fp32"
+
+
 # ONNX default-domain opsets a torch exporter can be asked for. The TorchScript
 # exporter stops at 20; the dynamo exporter converts down from 18 and up to what
 # its onnxscript knows. A runtime that cannot load an opset is a measured cell.
 OPSET_MIN, OPSET_MAX = 7, 25
 
-PACKAGES = ("onnxruntime", "onnxruntime-gpu")
+PACKAGES = ("onnxruntime", "onnxruntime-gpu", "tensorrt")
+GPU_PACKAGES = ("onnxruntime-gpu", "tensorrt")
+# Session id prefix per package: ``ort-1.17.3``, ``ortgpu-1.23.2``, ``trt-10.13.3.9``.
+_ID_PREFIX = {"onnxruntime": "ort", "onnxruntime-gpu": "ortgpu", "tensorrt": "trt"}
 
 # Releases with a CPython 3.11 wheel on PyPI (pip index versions, 2026-11-30).
 # A pin outside this list is refused with the nearest releases; a newer
@@ -52,6 +80,12 @@ KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
         "1.15.0 1.15.1 1.16.0 1.16.3 1.17.0 1.17.1 1.18.0 1.18.1 1.19.0 1.19.2 1.20.0 "
         "1.20.2 1.21.0 1.21.1 1.22.0 1.23.0 1.23.2 1.24.1 1.24.4 1.25.0 1.25.1 1.26.0 "
         "1.27.0 1.28.0 1.29.0 1.30.0 1.31.0 1.31.1".split()
+    ),
+    # NVIDIA's meta-package (it pulls tensorrt-cu12 or -cu13: bindings and libraries), pip index versions.
+    "tensorrt": tuple(
+        "8.6.1 10.0.1 10.1.0 10.2.0 10.3.0 10.4.0 10.5.0 10.6.0 10.7.0 10.8.0.43 10.9.0.34 10.10.0.31 "
+        "10.11.0.33 10.12.0.36 10.13.0.35 10.13.2.6 10.13.3.9 10.14.1.48 10.15.1.29 10.16.0.72 10.16.1.11 "
+        "11.0.0.114 11.1.0.106 11.2.1.2 11.3.0.99 11.4.0.106".split()
     ),
 }
 
@@ -77,16 +111,42 @@ class Runtime:
     package: str
     version: str
     constraints: tuple[str, ...] = ()
+    cuda: str = ""
+    """The CUDA major its GPU libraries are built against (``12``), read from the wheel's provider
+    libraries (``libcublasLt.so.12``); empty for the CPU package."""
+    cudnn: str = ""
+    """The cuDNN major (``9``)."""
+    tensorrt: str = ""
+    """The TensorRT major the TensorRT execution provider (or the native backend) needs (``10``)."""
+    gpu_requirements: tuple[str, ...] = ()
+    """Installed beside it only on a machine with an NVIDIA driver: the CUDA, cuDNN and TensorRT
+    libraries as wheels (``nvidia-cudnn-cu12``), or, for the native runtime, pycuda (which only
+    builds against a CUDA toolkit). Without a driver they are not installed and every GPU cell is
+    ``unavailable`` with the reason."""
 
     @property
     def id(self) -> str:
-        """Short nox session id: ``ort-1.17.3``, ``ortgpu-1.20.2``."""
-        prefix = "ort" if self.package == "onnxruntime" else "ortgpu"
-        return f"{prefix}-{self.version}"
+        """Short nox session id: ``ort-1.17.3``, ``ortgpu-1.20.2``, ``trt-10.13.3.9``."""
+        return f"{_ID_PREFIX[self.package]}-{self.version}"
+
+    @property
+    def gpu(self) -> bool:
+        """Whether it is a GPU package: the nightly runs it on a runner labelled for GPUs."""
+        return self.package in GPU_PACKAGES
 
     @property
     def requirements(self) -> tuple[str, ...]:
+        """What its environment installs on any machine. The native TensorRT runtime installs nothing of
+        its own without a driver: its wheels are GBs of CUDA libraries and pycuda needs a toolkit."""
+        if self.package == "tensorrt":
+            return ("numpy", *self.constraints)
         return (self.pin, *self.constraints)
+
+    @property
+    def gpu_install(self) -> tuple[str, ...]:
+        """What its environment installs on a machine with an NVIDIA driver."""
+        own = (self.pin,) if self.package == "tensorrt" else ()
+        return (*own, *self.requirements, *self.gpu_requirements)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +156,23 @@ class Profile:
     providers: tuple[str, ...]
     exporters: tuple[str, ...]
     opsets: tuple[int, ...]
+    precisions: tuple[str, ...] = ("fp32",)
+    """TensorRT's precision axis (fp32, fp16): each precision is a column of its own."""
+
+    def columns(self, runtime: Runtime) -> tuple[str, ...]:
+        """The provider columns ``runtime`` runs in this profile: the profile's providers its package
+        offers, TensorRT once per precision (``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``)."""
+        offered = PACKAGE_PROVIDERS[runtime.package]
+        out: list[str] = []
+        for p in self.providers:
+            if p not in offered:
+                continue
+            out.extend(column(p, q) for q in (self.precisions if p in PRECISION_PROVIDERS else ("fp32",)))
+        return tuple(out)
+
+    def shards(self) -> list[tuple[Runtime, str]]:
+        """Every (runtime, column) of the profile: one shard each."""
+        return [(rt, c) for rt in self.runtimes for c in self.columns(rt)]
 
     def results(self, out: str | os.PathLike[str]) -> Path:
         """Where its report goes: ``results/`` (the published table) for the default profile, else
@@ -126,6 +203,10 @@ class RunSettings:
 
 @dataclasses.dataclass(frozen=True)
 class LatencySettings:
+    iobinding: bool = True
+    """On a GPU provider, time with the inputs and outputs already on the device (onnxruntime's
+    IOBinding; device buffers for native TensorRT): the figure excludes host/device copies and says so
+    (``Latency.copies == "device"``). False: every timed run includes them (``"host"``)."""
     threads: int = 1
     warmup: int = 5
     min_runs: int = 20
@@ -148,6 +229,19 @@ class Matrix:
     latency: LatencySettings
     runtimes: tuple[Runtime, ...]
     profiles: Mapping[str, Profile]
+    provider_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """``[providers.<name>] options``: onnxruntime provider options (``cuda``, ``tensorrt``), and for
+    the native TensorRT backend ``[providers.tensorrt] native`` (``workspace_mib``)."""
+
+    def options(self, provider: str, *, native: bool = False) -> dict[str, Any]:
+        """The options of a provider column as matrix.toml gives them; for ``tensorrt-fp16`` the
+        execution provider also gets ``trt_fp16_enable``."""
+        base, precision = split_column(provider)
+        table = self.provider_options.get(base, {})
+        out = dict(table.get("native" if native else "options", {}))
+        if base == "tensorrt" and not native:
+            out["trt_fp16_enable"] = precision == "fp16"
+        return out
 
     def profile(self, name: str) -> Profile:
         try:
@@ -277,7 +371,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     except tomllib.TOMLDecodeError as exc:
         raise HarnessError(f"{file}: not valid TOML: {exc}") from None
     top = _Reader(file, "", data)
-    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "runtimes", "profiles")
+    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles")
 
     ex = _Reader(file, "export", top.get("export", dict, required=True))
     ex.only("torch", "onnx", "onnxscript", "onnxruntime")
@@ -312,8 +406,9 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     run = RunSettings(timeout=float(ru.number("timeout", 120, minimum=1)), workers=ru.number("workers", 0, integer=True))
 
     la = _Reader(file, "latency", top.get("latency", dict, {}))
-    la.only("threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")
+    la.only("iobinding", "threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")
     latency = LatencySettings(
+        iobinding=la.get("iobinding", bool, True),
         threads=la.number("threads", 1, minimum=1, integer=True),
         warmup=la.number("warmup", 5, integer=True),
         min_runs=la.number("min_runs", 20, minimum=1, integer=True),
@@ -330,11 +425,24 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     runtimes: list[Runtime] = []
     for i, raw in enumerate(runtimes_raw):
         rr = _Reader(file, f"runtimes[{i}]", raw)
-        rr.only("pin", "constraints")
+        rr.only("pin", "constraints", "cuda", "cudnn", "tensorrt", "gpu_requirements")
         rt = parse_runtime(file, f"runtimes[{i}].pin", rr.get("pin", str), rr.strings("constraints", [], nonempty=False))
         if any(rt.pin == other.pin for other in runtimes):
             rr.fail(f"{rt.pin} is declared twice; remove the duplicate", "pin")
-        runtimes.append(rt)
+        majors = {}
+        for key in ("cuda", "cudnn", "tensorrt"):
+            value = rr.get(key, str, "")
+            if value and not value.isdigit():
+                rr.fail(f'must be a major version such as "12", got {value!r}', key)
+            majors[key] = value
+        if rt.gpu and not majors["cuda"]:
+            rr.fail(f'{rt.pin} is a GPU runtime: record the CUDA major it needs (cuda = "12")', "cuda")
+        if not rt.gpu and any(majors.values()):
+            rr.fail(f"{rt.pin} is the CPU package: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
+        gpu_reqs = rr.strings("gpu_requirements", [], nonempty=False)
+        if gpu_reqs and not rt.gpu:
+            rr.fail(f"{rt.pin} is the CPU package: gpu_requirements do not apply; remove the key", "gpu_requirements")
+        runtimes.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
     by_pin = {rt.pin: rt for rt in runtimes}
     if not export.onnxruntime:
         cpu = [rt for rt in runtimes if rt.package == "onnxruntime"]
@@ -349,7 +457,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     profiles: dict[str, Profile] = {}
     for name, raw in profiles_raw.items():
         pp = _Reader(file, f"profiles.{name}", raw)
-        pp.only("runtimes", "providers", "exporters", "opsets")
+        pp.only("runtimes", "providers", "precisions", "exporters", "opsets")
         refs = pp.strings("runtimes")
         prof_runtimes = []
         for j, ref in enumerate(refs):
@@ -361,6 +469,17 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         for p in providers:
             if p not in PROVIDERS:
                 pp.fail(f"unknown provider {p!r}{_did_you_mean(p, PROVIDERS)}; use {', '.join(PROVIDERS)}", "providers")
+        precisions = pp.strings("precisions", ["fp32"])
+        for q in precisions:
+            if q not in PRECISIONS:
+                pp.fail(f"unknown precision {q!r}{_did_you_mean(q, PRECISIONS)}; use {', '.join(PRECISIONS)}", "precisions")
+        for rt in prof_runtimes:
+            if not any(p in PACKAGE_PROVIDERS[rt.package] for p in providers):
+                pp.fail(
+                    f"{rt.pin} offers none of the providers {', '.join(providers)} (it offers "
+                    f"{', '.join(PACKAGE_PROVIDERS[rt.package])}); add one to providers or drop the runtime",
+                    "providers",
+                )
         exporters = pp.strings("exporters", list(EXPORTERS))
         for e in exporters:
             if e not in EXPORTERS:
@@ -369,7 +488,9 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         for o in opsets:
             if not OPSET_MIN <= o <= OPSET_MAX:
                 pp.fail(f"opset {o} is out of range; use {OPSET_MIN}..{OPSET_MAX}", "opsets")
-        profiles[name] = Profile(name, tuple(prof_runtimes), providers, exporters, tuple(sorted(opsets)))
+        profiles[name] = Profile(name, tuple(prof_runtimes), providers, exporters, tuple(sorted(opsets)), precisions)
+
+    provider_options = _provider_options(file, top.get("providers", dict, {}))
 
     return Matrix(
         path=path,
@@ -382,4 +503,29 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         latency=latency,
         runtimes=tuple(runtimes),
         profiles=profiles,
+        provider_options=provider_options,
     )
+
+
+def _provider_options(file: str, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``[providers.cuda] options = {...}``, ``[providers.tensorrt] options = {...}, native = {...}``:
+    scalar values only (onnxruntime takes provider options as strings, numbers and booleans)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, table in raw.items():
+        where = f"providers.{name}"
+        if name not in PROVIDERS or name == "cpu":
+            raise HarnessError(f"{file}: {where}: no options for provider {name!r}; options are for cuda and tensorrt")
+        rd = _Reader(file, where, table)
+        rd.only("options", "native") if name == "tensorrt" else rd.only("options")
+        entry: dict[str, Any] = {}
+        for key in ("options", "native"):
+            opts = rd.get(key, dict, {})
+            for k, v in opts.items():
+                if isinstance(v, (dict, list)):
+                    rd.fail(f"{k}: must be a string, number or boolean, got {v!r}", key)
+            entry[key] = dict(opts)
+        unknown = sorted(set(entry["native"]) - {"workspace_mib"})
+        if unknown:
+            rd.fail(f"unknown key(s) {', '.join(unknown)}; allowed: workspace_mib", "native")
+        out[name] = entry
+    return out

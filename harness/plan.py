@@ -92,7 +92,7 @@ def plan(
         if export_why is not None:
             runs[rt.id] = "the export runs first"
             continue
-        runs[rt.id] = next((w for p in profile.providers if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
+        runs[rt.id] = next((w for p in profile.columns(rt) if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
     report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
     if report_why is None:
         report_why = _report_why(out, profile, results, matrix.corpus)
@@ -152,7 +152,7 @@ def _report_code() -> tuple[str, ...]:
 def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
     """A digest of what the report reads: the manifest, every artifact's record (by its export's
     content address: cards, claims, graphs), the profile's shards, the harness's code."""
-    files = [out / export.MANIFEST, *(run.shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)]
+    files = [out / export.MANIFEST, *(run.shard_path(out, rt, p) for rt, p in profile.shards())]
     hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
     stamp = cache.read_json(out / export.STAMP)
     exports = stamp.get("artifacts") if isinstance(stamp, dict) else None

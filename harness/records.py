@@ -295,6 +295,9 @@ class CellRecord:
     opset_actual: int | None = None
     ir_version: int | None = None
     latency: Latency | None = None
+    engine: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Native TensorRT: the engine this cell ran (``build_seconds``, ``bytes``, ``cached``, ``precision``,
+    ``tensorrt``, ``profile``: min/opt/max shape per dynamic input, from the probes); empty elsewhere."""
     sha256: str | None = None
     """Of the artifact's model.onnx."""
     inputs: str | None = None
@@ -335,6 +338,7 @@ class CellRecord:
         data["stage"] = self.stage.value
         data["providers_used"] = list(self.providers_used)
         data["placement"] = dict(self.placement)
+        data["engine"] = dict(self.engine)
         data["env"] = dict(self.env)
         data["diff"] = self.diff.to_dict() if self.diff is not None else None
         data["latency"] = self.latency.to_dict() if self.latency is not None else None
@@ -347,6 +351,7 @@ class CellRecord:
         kw["stage"] = Stage(kw["stage"])
         kw["providers_used"] = tuple(kw.get("providers_used") or ())
         kw["placement"] = dict(kw.get("placement") or {})
+        kw["engine"] = dict(kw.get("engine") or {})
         if kw.get("diff") is not None:
             kw["diff"] = DiffStats.from_dict(kw["diff"])
         if kw.get("latency") is not None:

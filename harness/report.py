@@ -56,9 +56,15 @@ LEGEND = {
 }
 
 
+# A column's runtime label: the version for onnxruntime, prefixed for the other packages.
+_LABEL = {"onnxruntime": "", "onnxruntime-gpu": "gpu-", "tensorrt": "trt-"}
+
+
 def _column(cell: CellRecord, providers: int) -> str:
-    version = cell.runtime.split("==", 1)[-1]
-    return version if providers == 1 else f"{version} {cell.provider}"
+    """``1.17.3``; with several providers ``1.17.3 cpu``, ``gpu-1.23.2 tensorrt-fp16``, ``trt-10.13.3.9 tensorrt``."""
+    package, _, version = cell.runtime.partition("==")
+    label = _LABEL.get(package, f"{package}-") + version
+    return label if providers == 1 else f"{label} {cell.provider}"
 
 
 def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRecord]]:
@@ -68,13 +74,12 @@ def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRe
     wanted = {(r.case, r.exporter, r.opset) for r in exports}
     cells: list[CellRecord] = []
     missing = []
-    for rt in profile.runtimes:
-        for provider in profile.providers:
-            path = shard_path(out, rt, provider)
-            if not path.exists():
-                missing.append(path.name)
-                continue
-            cells.extend(c for c in read_shard(path).values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
+    for rt, provider in profile.shards():
+        path = shard_path(out, rt, provider)
+        if not path.exists():
+            missing.append(path.name)
+            continue
+        cells.extend(c for c in read_shard(path).values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
     if not cells:
         raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
     if missing:
@@ -148,9 +153,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         by_case.setdefault(c.case, []).append(c)
     verdicts = {r.case: _claims(r, by_case.get(r.case, []), newest) for r in exports}
 
-    runs = [
-        p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt in profile.runtimes for p in profile.providers)) if p.exists()
-    ]
+    runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     entry = history.summary(
         run=history.run_id(runs),
         date=history.finished(runs),
@@ -209,6 +212,7 @@ def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "note": c.note,
         "providers_used": list(c.providers_used),
         "placement": c.placement,
+        "engine": c.engine,
         "diff": _compact_diff(c),
         "latency": _compact_latency(c),
         "repro": _repro(c, repros),
@@ -274,7 +278,14 @@ def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def _runtime_order(columns: Iterable[str]) -> list[str]:
-    return sorted(set(columns), key=lambda c: (version_tuple(c.split()[0]), c))
+    """onnxruntime's columns oldest first, then onnxruntime-gpu's, then native TensorRT's."""
+    prefixes = [p.rstrip("-") for p in _LABEL.values()]
+
+    def key(c: str) -> tuple[Any, ...]:
+        prefix, _, version = c.split()[0].rpartition("-")
+        return (prefixes.index(prefix) if prefix in prefixes else len(prefixes), version_tuple(version), c)
+
+    return sorted(set(columns), key=key)
 
 
 def _md_escape(text: str) -> str:

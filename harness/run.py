@@ -40,15 +40,26 @@ from typing import Any
 from harness import cache
 from harness.errors import HarnessError
 from harness.export import MANIFEST
-from harness.matrix import PROVIDERS, Matrix, Runtime
+from harness.matrix import PROVIDERS, Matrix, Runtime, split_column
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line, runtime_wide
 from harness.workers import Outcome, describe_exit, run_tasks
 
-# One child imports the runtime and answers for the CPU provider too (it loads no library of its own).
-_ENV_PROBE = (
-    "import json; from harness.backends.onnxruntime import environment, provider_problem; "
-    "print(json.dumps({'env': environment(), 'cpu': provider_problem('CPUExecutionProvider')}))"
-)
+# The backend module per runtime package: it runs the cells (``run_artifact``, ``measure_latency``) and
+# says what the environment holds (``environment``) and why a provider column cannot run (``provider_problem``).
+BACKENDS = {
+    "onnxruntime": "harness.backends.onnxruntime",
+    "onnxruntime-gpu": "harness.backends.onnxruntime",
+    "tensorrt": "harness.backends.tensorrt",
+}
+
+
+def _env_probe(module: str) -> str:
+    """One child imports the runtime and answers for the CPU provider too (it loads no library of its own)."""
+    cpu = "provider_problem('cpu')" if module.endswith(".onnxruntime") else "None"
+    return (
+        f"import json; from {module} import environment, provider_problem; "
+        f"print(json.dumps({{'env': environment(), 'cpu': {cpu}}}))"
+    )
 
 
 def shard_path(out: Path, runtime: Runtime, provider: str) -> Path:
@@ -119,13 +130,13 @@ class _Appender:
         self.f.close()
 
 
-def probe_environment() -> tuple[dict[str, str] | None, str, str | None]:
+def probe_environment(module: str = BACKENDS["onnxruntime"]) -> tuple[dict[str, str] | None, str, str | None]:
     """Import the runtime in a child process: (environment, '', why the CPU provider cannot run or None)
     or (None, what went wrong, None).
 
     The message's first line is the diagnosis; the child's stderr follows it.
     """
-    proc = subprocess.run([sys.executable, "-c", _ENV_PROBE], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _env_probe(module)], capture_output=True, text=True, timeout=300)
     numpy_abi = "_ARRAY_API" in proc.stderr or "numpy.core.multiarray failed to import" in proc.stderr
     # onnxruntime 1.15 beside numpy 2 imports "fine" (exit status 0, the error only printed) and then
     # crashes on every run: an import that complains about numpy's ABI is a broken env either way.
@@ -135,26 +146,26 @@ def probe_environment() -> tuple[dict[str, str] | None, str, str | None]:
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
     what = " / ".join(dict.fromkeys(errors)) or (lines[-1] if lines else f"exit status {proc.returncode}")
-    line = f"onnxruntime fails to import: {what}"
+    line = f"{module.rsplit('.', 1)[-1]} fails to import: {what}"
     if numpy_abi:
         line += ' (built for numpy 1.x: add constraints = ["numpy<2"] to its [[runtimes]] entry)'
     return None, line + "\n" + proc.stderr[-4000:], None
 
 
-def _environment(out: Path, force: bool) -> tuple[dict[str, str] | None, str, str | None]:
+def _environment(out: Path, force: bool, module: str = BACKENDS["onnxruntime"]) -> tuple[dict[str, str] | None, str, str | None]:
     """:func:`probe_environment`, remembered per environment and machine: the same packages on the
     same host import the same way, so a rerun starts no child for it. A failed import is never
     remembered; GPU providers are checked every time (a driver can come and go)."""
     ident = cache.environment()
     if ident["listing"] is None:
-        return probe_environment()
+        return probe_environment(module)
     nvidia = Path("/proc/driver/nvidia/version")
-    key = cache.digest(ident["listing"], platform.node(), nvidia.read_text() if nvidia.is_file() else None)
+    key = cache.digest(module, ident["listing"], platform.node(), nvidia.read_text() if nvidia.is_file() else None)
     path = out / "cache" / "envs" / f"{key[:32]}.json"
     hit = None if force else cache.read_json(path)
     if isinstance(hit, dict) and hit.get("key") == key:
         return hit["env"], "", hit["cpu"]
-    env, error, cpu = probe_environment()
+    env, error, cpu = probe_environment(module)
     if env is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         cache.write_json(path, {"key": key, "env": env, "cpu": cpu})
@@ -162,17 +173,17 @@ def _environment(out: Path, force: bool) -> tuple[dict[str, str] | None, str, st
 
 
 _PROVIDER_PROBE = (
-    "import json, sys; from harness.backends.onnxruntime import provider_problem; "
-    "print(json.dumps(provider_problem(sys.argv[1])))"
+    "import json, sys, importlib; print(json.dumps(importlib.import_module(sys.argv[1]).provider_problem(sys.argv[2])))"
 )
 
 
-def probe_provider(provider: str) -> str | None:
-    """Why ``provider`` cannot run in this environment (one line), or None; checked in a child process,
-    because loading a GPU provider's libraries can kill the process that loads them."""
-    ep = PROVIDERS[provider]
+def probe_provider(provider: str, module: str = BACKENDS["onnxruntime"]) -> str | None:
+    """Why the ``provider`` column cannot run in this environment (one line), or None; checked in a
+    child process, because loading a GPU provider's libraries can kill the process that loads them."""
+    ep = PROVIDERS[split_column(provider)[0]] if module.endswith(".onnxruntime") else f"TensorRT ({provider})"
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROVIDER_PROBE, ep], capture_output=True, text=True, timeout=300)
+        cmd = [sys.executable, "-c", _PROVIDER_PROBE, module, provider]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return f"{ep}: checking whether it loads took over 300 s"
     if proc.returncode != 0:
@@ -225,9 +236,22 @@ def _reusable(old: CellRecord | None, key: str) -> bool:
     return old.status is not Status.MISMATCH or (old.optimizer is not None and _CUT_SHORT not in (old.note or ""))
 
 
-def settings_of(matrix: Matrix) -> dict[str, Any]:
-    """The run settings a cell's verdict and timing depend on."""
-    return {"timeout": matrix.run.timeout, "threads": 1, "latency": dataclasses.asdict(matrix.latency)}
+def settings_of(matrix: Matrix, provider: str = "cpu", runtime: Runtime | None = None) -> dict[str, Any]:
+    """The run settings a cell's verdict and timing depend on: a GPU column's provider options too."""
+    settings: dict[str, Any] = {"timeout": matrix.run.timeout, "threads": 1, "latency": dataclasses.asdict(matrix.latency)}
+    if provider != "cpu":
+        settings["options"] = matrix.options(provider, native=runtime is not None and runtime.package == "tensorrt")
+    return settings
+
+
+def _options(matrix: Matrix, runtime: Runtime, provider: str, out: Path) -> dict[str, Any]:
+    """What the backend is handed for a column: matrix.toml's options, and where TensorRT keeps its
+    engines (by artifact, TensorRT version, GPU and precision: see the backends)."""
+    native = runtime.package == "tensorrt"
+    options = matrix.options(provider, native=native) if provider != "cpu" else {}
+    if split_column(provider)[0] == "tensorrt":
+        options["engine_cache"] = str(out / "cache" / "trt-engines" / runtime.id / provider)
+    return options
 
 
 def stamp_path(out: Path, runtime: Runtime, provider: str) -> Path:
@@ -239,7 +263,11 @@ def stamp_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matri
     the provider, the run settings and the code that runs cells. :mod:`harness.plan` computes it from
     the export's stamp; a shard whose stamp holds the same value has nothing left to run."""
     return cache.digest(
-        sorted(artifacts), list(runtime.requirements), provider, settings_of(matrix), cache.code_digest(cache.RUN_CODE)
+        sorted(artifacts),
+        list(runtime.gpu_install),
+        provider,
+        settings_of(matrix, provider, runtime),
+        cache.code_digest(cache.RUN_CODE),
     )
 
 
@@ -261,10 +289,10 @@ def run_runtime(
     artifacts = load_artifacts(out)
     (out / "shards").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    env, import_error, cpu_problem = _environment(out, force)
-    if env is not None and env.get("onnxruntime") != runtime.version:
-        import_error = f"environment has onnxruntime {env.get('onnxruntime')}, expected {runtime.version}"
-        env = None
+    module = BACKENDS[runtime.package]
+    env, import_error, cpu_problem = _environment(out, force, module)
+    if env is not None and (wrong := _wrong_environment(env, runtime)):
+        import_error, env = wrong, None
     all_cells: list[CellRecord] = []
     for provider in providers:
         path = shard_path(out, runtime, provider)
@@ -280,7 +308,7 @@ def run_runtime(
                 error_line=first_line(import_error),
                 error=import_error,
             )
-        elif problem := (cpu_problem if provider == "cpu" else probe_provider(provider)):
+        elif problem := (cpu_problem if provider == "cpu" else probe_provider(provider, module)):
             column = runtime_wide(
                 runtime.pin, provider, env, status=Status.UNAVAILABLE, error_class="ProviderUnavailable", error_line=problem
             )
@@ -301,7 +329,8 @@ def run_runtime(
             echo(f"run {runtime.pin} {provider}: {corrupt} line(s) of {path} fail their checksum: those cells run again")
         # What the environment really holds (versions, platform, CPU, GPU) decides a verdict and a latency
         # as much as the pin does: a recreated environment or another machine measures again.
-        settings = {**settings_of(matrix), "env": env}
+        settings = {**settings_of(matrix, provider, runtime), "env": env}
+        options = _options(matrix, runtime, provider, out)
         keys: dict[str, str] = {}  # cell key → content address, for every probe of an exported artifact
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
@@ -315,7 +344,7 @@ def run_runtime(
             todo = []
             for p in rec.probes:
                 where = base.replace(probe=p).key
-                keys[where] = cache.cell_key(rec.digest, runtime.requirements, provider, p, settings)
+                keys[where] = cache.cell_key(rec.digest, runtime.gpu_install, provider, p, settings)
                 old = existing.get(where)
                 if old is not None and _reusable(old, keys[where]):
                     cells[old.key] = old
@@ -330,6 +359,7 @@ def run_runtime(
                         "runtime": runtime.pin,
                         "env": base.env,
                         "threads": 1,
+                        "options": options,
                         "probes": todo,
                         "keys": {p: keys[base.replace(probe=p).key] for p in todo},
                     }
@@ -346,7 +376,8 @@ def run_runtime(
         stats = Stats(reused=len(cells), corrupt=corrupt, ran=sum(len(t["probes"]) for t in tasks))
         try:
             t0 = time.perf_counter()
-            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, out / "logs" / f"{runtime.id}.log", stats):
+            log = out / "logs" / f"{runtime.id}.log"
+            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, log, stats, backend=module):
                 cells[cell.key] = cell
                 appender.add([cell])
             stats.correctness_wall = time.perf_counter() - t0
@@ -354,7 +385,7 @@ def run_runtime(
                 echo(f"  correctness: {len(tasks)} artifacts in {stats.correctness_wall:.1f}s")
             if latency:
                 t0 = time.perf_counter()
-                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo, stats):
+                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo, stats, options=options):
                     cells[cell.key] = cell
                     appender.add([cell])  # as it arrives: a kill loses no timing already taken
                 stats.latency_wall = time.perf_counter() - t0
@@ -370,6 +401,20 @@ def run_runtime(
             )
         all_cells.extend(cells.values())
     return all_cells
+
+
+def _wrong_environment(env: Mapping[str, str], runtime: Runtime) -> str | None:
+    """Why the environment is not the runtime's (another version, the CPU package for the GPU one),
+    or None. The native TensorRT runtime may lack tensorrt entirely (no driver, nothing installed):
+    its columns then say so as ``unavailable``."""
+    if runtime.package == "tensorrt":
+        have = env.get("tensorrt") or ""
+        return None if have in ("", runtime.version) else f"environment has tensorrt {have}, expected {runtime.version}"
+    if env.get("onnxruntime") != runtime.version:
+        return f"environment has onnxruntime {env.get('onnxruntime')}, expected {runtime.version}"
+    if env.get("package", runtime.package) != runtime.package:
+        return f"environment has {env.get('package')} {runtime.version}, expected {runtime.package}; reinstall the session"
+    return None
 
 
 def _finished(cells: Iterable[CellRecord], keys: Mapping[str, str]) -> bool:
@@ -440,7 +485,8 @@ def _correctness(
     records: Mapping[str, ExportRecord],
     log: Path,
     stats: Stats | None = None,
-    backend: str = "harness.backends.onnxruntime:run_artifact",
+    backend: str = BACKENDS["onnxruntime"],
+    entry: str = "run_artifact",
 ) -> Iterator[CellRecord]:
     """Run the tasks in worker processes; yield each cell as it arrives.
 
@@ -456,11 +502,11 @@ def _correctness(
         progress = {id(t): _Progress(list(t["probes"])) for t in tasks}
         again: list[dict[str, Any]] = []
         for outcome in run_tasks(
-            backend,
+            f"{backend}:{entry}",
             tasks,
             workers=matrix.run.worker_count,
             timeout=matrix.run.timeout,
-            init="harness.backends.onnxruntime:init_worker",
+            init=f"{backend}:init_worker",
             log=str(log),
         ):
             task, state = outcome.task, progress[id(outcome.task)]
@@ -535,6 +581,8 @@ def _latency_phase(
     runtime: Runtime,
     echo: Callable[[str], Any],
     stats: Stats | None = None,
+    *,
+    options: Mapping[str, Any] | None = None,
 ) -> Iterator[CellRecord]:
     """Serial timing of the ``example`` probe of every passing artifact that has none yet; each timed
     cell is yielded as soon as it is measured."""
@@ -542,15 +590,17 @@ def _latency_phase(
     if not todo:
         return
     lat = dataclasses.asdict(matrix.latency)
-    tasks = [{"dir": str(out / "artifacts" / art_id), "provider": provider, "latency": lat} for art_id in todo]
+    opts = dict(options or {})
+    tasks = [{"dir": str(out / "artifacts" / art_id), "provider": provider, "latency": lat, "options": opts} for art_id in todo]
     timed = 0
     t0 = time.perf_counter()
+    module = BACKENDS[runtime.package]
     for outcome in run_tasks(
-        "harness.backends.onnxruntime:measure_latency",
+        f"{module}:measure_latency",
         tasks,
         workers=1,
         timeout=matrix.run.timeout,
-        init="harness.backends.onnxruntime:init_worker",
+        init=f"{module}:init_worker",
         log=str(out / "logs" / f"{runtime.id}.log"),
     ):
         if outcome.kind == "ok":

@@ -13,6 +13,13 @@ from typing import Any
 from harness.records import ExportRecord, Stage
 
 
+def init_worker() -> None:
+    """As the onnxruntime backend's: these tasks run in the same kind of worker."""
+    from harness.backends.onnxruntime import init_worker as init
+
+    init()
+
+
 def act(task: str) -> int:
     if task == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)

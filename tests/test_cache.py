@@ -250,9 +250,9 @@ def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure
     calls: list[str] = []
     real = run_mod.probe_environment
 
-    def counting() -> tuple[dict[str, str] | None, str, str | None]:
+    def counting(module: str = run_mod.BACKENDS["onnxruntime"]) -> tuple[dict[str, str] | None, str, str | None]:
         calls.append("probe")
-        return real()
+        return real(module)
 
     monkeypatch.setattr(run_mod, "probe_environment", counting)
     out = tmp_path / "build"
@@ -263,7 +263,7 @@ def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure
     _run(out, force=True)
     assert calls == ["probe", "probe"]  # --force asks again
 
-    monkeypatch.setattr(run_mod, "probe_environment", lambda: (calls.append("broken"), (None, "onnxruntime fails", None))[1])
+    monkeypatch.setattr(run_mod, "probe_environment", lambda module: (calls.append("broken"), (None, "onnxruntime fails", None))[1])
     for old in (out / "cache" / "envs").iterdir():
         old.unlink()
     assert any("env-error" in line for line in _run(out))

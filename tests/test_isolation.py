@@ -192,7 +192,7 @@ def test_a_worker_that_dies_after_its_last_cell_costs_nothing(tmp_path: Path) ->
         }
         for art, r in records.items()
     ]
-    cells = list(_correctness(matrix, tasks, records, tmp_path / "log", backend="tests.faults:cells_then_die"))
+    cells = list(_correctness(matrix, tasks, records, tmp_path / "log", backend="tests.faults", entry="cells_then_die"))
     assert sorted((c.case, c.probe) for c in cells) == [
         ("add_one", "example"),
         ("add_one", "second"),

@@ -24,15 +24,16 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness import localize
+from harness.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
 from harness.compare import compare, describe
-from harness.matrix import PROVIDERS
+from harness.matrix import PROVIDERS, split_column
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
 
 _ORT: Any = None
@@ -66,33 +67,6 @@ def environment() -> dict[str, str]:
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def gpu_model() -> str:
-    """The NVIDIA GPU(s) and driver as the kernel driver reports them; ``none`` without a driver."""
-    root = Path("/proc/driver/nvidia")
-    try:
-        driver = (root / "version").read_text().splitlines()[0]
-        names = [
-            line.split(":", 1)[1].strip()
-            for info in sorted((root / "gpus").glob("*/information"))
-            for line in info.read_text().splitlines()
-            if line.startswith("Model:")
-        ]
-    except (OSError, IndexError):
-        return "none"
-    m = re.search(r"Kernel Module\s+(\S+)", driver)
-    return f"{', '.join(names) or 'unknown GPU'} (driver {m[1] if m else 'unknown'})"
-
-
 _LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
 _SOURCE_LOC = re.compile(r"\S+\.(?:cc|cpp|h):\d+ (?:(?:[\w:<>*&]+ )?[\w:~<>]+\(.*?\)(?: const)? )?")
 
@@ -107,8 +81,9 @@ def error_line(message: str) -> str:
     return text
 
 
-def provider_problem(ep: str) -> str | None:
-    """Why ``ep`` cannot run in this environment, in one line; None when nothing stops it.
+def provider_problem(provider: str) -> str | None:
+    """Why the ``provider`` column (``cpu``, ``cuda``, ``tensorrt-fp16``; or an execution provider's
+    name) cannot run in this environment, in one line; None when nothing stops it.
 
     onnxruntime-gpu lists CUDA and TensorRT as available on any machine and
     then, when their libraries do not load, quietly runs the session on the
@@ -120,6 +95,7 @@ def provider_problem(ep: str) -> str | None:
     """
     import onnxruntime as ort
 
+    ep = PROVIDERS.get(split_column(provider)[0], provider)
     who = f"{_package()} {ort.__version__}"
     available = ort.get_available_providers()
     if ep not in available:
@@ -133,7 +109,7 @@ def provider_problem(ep: str) -> str | None:
         return f"{ep} is listed by {who} but {path.name} is not in {capi}"
     with contextlib.suppress(OSError):  # onnxruntime loads the bridge library first, globally
         ctypes.CDLL(str(capi / "libonnxruntime_providers_shared.so"), mode=ctypes.RTLD_GLOBAL)
-    driver = _nvidia_driver_problem()
+    driver = nvidia_driver_problem()
     try:
         ctypes.CDLL(str(path))
     except OSError as exc:
@@ -154,23 +130,6 @@ def _package() -> str:
         return "onnxruntime"
 
 
-def _nvidia_driver_problem() -> str | None:
-    """None when the NVIDIA driver initialises and shows at least one device; else why not."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        missing = "cannot open shared object file" in str(exc)
-        return "no NVIDIA driver (libcuda.so.1 not found)" if missing else f"the NVIDIA driver does not load: {exc}"
-    rc = cuda.cuInit(0)
-    if rc != 0:
-        return f"the NVIDIA driver does not initialise (cuInit returned CUresult {rc})"
-    count = ctypes.c_int(0)
-    rc = cuda.cuDeviceGetCount(ctypes.byref(count))
-    if rc != 0 or count.value == 0:
-        return f"no CUDA device is visible (cuDeviceGetCount: CUresult {rc}, {count.value} devices)"
-    return None
-
-
 # A session-creation error that says the provider's libraries, driver or device failed: the provider is
 # unavailable here, not the model refused (onnxruntime falls back to the CPU only once). A provider's
 # refusal of the model itself (TensorRT cannot build an engine) stays a load-fail.
@@ -180,7 +139,36 @@ _PROVIDER_FAILURE = re.compile(
 )
 
 
-def _session(path: Path, provider: str, threads: int, *, optimize: bool = True, profile: str | None = None) -> Any:
+def session_providers(provider: str, options: Mapping[str, Any] | None = None) -> list[Any]:
+    """The ``providers`` argument of an InferenceSession for a column: the execution provider with
+    matrix.toml's options (device 0). TensorRT gets its engine and timing caches in the folder the run
+    stage names, and the CUDA provider after it, so nodes TensorRT refuses run on the GPU too (the
+    cell's placement shows the split)."""
+    base, _ = split_column(provider)
+    ep = PROVIDERS[base]
+    if base == "cpu":
+        return [ep]
+    opts = {k: v for k, v in (options or {}).items() if k != "engine_cache"}
+    opts.setdefault("device_id", 0)
+    if base == "tensorrt":
+        cache_dir = (options or {}).get("engine_cache")
+        if cache_dir:
+            os.makedirs(cache_dir, exist_ok=True)
+            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=cache_dir, trt_timing_cache_enable=True)
+            opts.setdefault("trt_timing_cache_path", cache_dir)
+        return [(ep, opts), (PROVIDERS["cuda"], {"device_id": opts["device_id"]})]
+    return [(ep, opts)]
+
+
+def _session(
+    path: Path,
+    provider: str,
+    threads: int,
+    *,
+    optimize: bool = True,
+    profile: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Any:
     so = _ORT.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -190,7 +178,7 @@ def _session(path: Path, provider: str, threads: int, *, optimize: bool = True, 
     if profile:
         so.enable_profiling = True
         so.profile_file_prefix = profile
-    return _ORT.InferenceSession(str(path), sess_options=so, providers=[PROVIDERS[provider]])
+    return _ORT.InferenceSession(str(path), sess_options=so, providers=session_providers(provider, options))
 
 
 def placement(profile_json: str | os.PathLike[str]) -> dict[str, int]:
@@ -273,14 +261,15 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
     art = Path(task["dir"])
     rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text()))
     provider = task["provider"]
-    ep = PROVIDERS[provider]
+    ep = PROVIDERS[split_column(provider)[0]]
+    options = task.get("options") or {}
     probes = [p for p in rec.probes if p in task.get("probes", rec.probes)]
     base = rec.cell(task["runtime"], provider, task["env"], stage=Stage.LOAD)
 
     with _profile_dir() as tmp:
         t0 = time.perf_counter()
         try:
-            sess = _session(art / "model.onnx", provider, task["threads"], profile=str(Path(tmp) / art.name))
+            sess = _session(art / "model.onnx", provider, task["threads"], profile=str(Path(tmp) / art.name), options=options)
         except Exception as exc:
             status = Status.LOAD_FAIL
             if ep != _CPU and _PROVIDER_FAILURE.search(str(exc)):
@@ -344,7 +333,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"event": "localizing", "probe": probe}
             t_localize = time.perf_counter()
             try:
-                cell = _localize(art, rec, cell, feeds, want, task["threads"], reuse)
+                cell = _localize(art, rec, cell, feeds, want, task["threads"], reuse, options)
             except Exception as exc:  # a harness bug here costs the localization, never the probes after it
                 cell = cell.noted(f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}")
             localizing += time.perf_counter() - t_localize
@@ -371,6 +360,7 @@ def _localize(
     want: list[np.ndarray],
     threads: int,
     reuse: dict[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> CellRecord:
     """Where a mismatch starts, and whether the graph optimizer is to blame.
 
@@ -389,7 +379,7 @@ def _localize(
     reuse = {} if reuse is None else reuse  # the artifact's extra sessions, made once for all its mismatching probes
     try:
         if "unoptimized" not in reuse:
-            reuse["unoptimized"] = _session(art / "model.onnx", cell.provider, threads, optimize=False)
+            reuse["unoptimized"] = _session(art / "model.onnx", cell.provider, threads, optimize=False, options=options)
         optimizer, _ = compare(want, reuse["unoptimized"].run(None, dict(feeds)), atol=rec.atol, rtol=rec.rtol)
     except Exception as exc:
         notes.append(f"with graph optimizations disabled the probe fails: {error_line(str(exc))}")
@@ -400,7 +390,7 @@ def _localize(
         feeds,
         atol=rec.atol,
         rtol=rec.rtol,
-        providers=[PROVIDERS[cell.provider]],
+        providers=session_providers(cell.provider, options),
         threads=threads,
         reuse=reuse.setdefault("debug", {}),
     )
@@ -413,18 +403,26 @@ def _localize(
     return cell.replace(localization=where or cell.localization, optimizer=optimizer, note="; ".join(notes) or None)
 
 
-def time_runs(sess: Any, feeds: Mapping[str, np.ndarray], lat: Mapping[str, Any]) -> tuple[list[float], int, bool]:
+def time_runs(
+    sess: Any, feeds: Mapping[str, np.ndarray], lat: Mapping[str, Any], call: Callable[[], Any] | None = None
+) -> tuple[list[float], int, bool]:
     """The latency protocol, after ``warmup`` untimed runs: timed ``session.run`` calls in windows of
     ``min_runs``, until a window's median is within ``stability`` of the previous window's (or
     ``max_runs`` or ``budget_seconds`` stops it).
 
     Returns the sample the figures come from (the last two windows: the settled state, not the first
-    runs after warm-up), the number of timed runs, and whether the median settled.
+    runs after warm-up), the number of timed runs, and whether the median settled. ``call`` replaces
+    ``session.run(None, feeds)`` as the timed unit (an IOBinding run and its synchronization).
     """
     feeds = dict(feeds)
-    run = sess.run
+    if call is None:
+        run = sess.run
+
+        def call() -> Any:
+            return run(None, feeds)
+
     for _ in range(lat["warmup"]):
-        run(None, feeds)
+        call()
     window = lat["min_runs"]
     times: list[float] = []
     previous: float | None = None
@@ -434,7 +432,7 @@ def time_runs(sess: Any, feeds: Mapping[str, np.ndarray], lat: Mapping[str, Any]
     while len(times) + window <= lat["max_runs"]:
         for _ in range(window):
             t = perf()
-            run(None, feeds)
+            call()
             times.append(perf() - t)
         median = float(np.median(times[-window:]))
         if previous is not None and abs(median - previous) <= lat["stability"] * previous:
@@ -451,14 +449,17 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     art = Path(task["dir"])
     lat = task["latency"]
     t0 = time.perf_counter()
-    sess = _session(art / "model.onnx", task["provider"], lat["threads"])
+    sess = _session(art / "model.onnx", task["provider"], lat["threads"], options=task.get("options"))
     session_ms = (time.perf_counter() - t0) * 1e3
-    ep = PROVIDERS[task["provider"]]
+    ep = PROVIDERS[split_column(task["provider"])[0]]
     if ep not in sess.get_providers():  # never time a fallback as the provider's latency
         raise RuntimeError(f"{ep} was requested but the session fell back to {', '.join(sess.get_providers())}")
     feeds, _ = _feeds(sess, np.load(art / "reference.npz"), "example")
+    copies, call = "host", None
+    if ep != _CPU and lat.get("iobinding", True):
+        copies, call = "device", _bound_run(sess, feeds)
     t1 = time.perf_counter()
-    sample, runs, stable = time_runs(sess, feeds, lat)
+    sample, runs, stable = time_runs(sess, feeds, lat, call)
     busy = session_ms / 1e3 + time.perf_counter() - t1
     ms = np.array(sample) * 1e3
     return {"busy_seconds": busy} | Latency(
@@ -469,4 +470,22 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
         threads=lat["threads"],
         session_ms=session_ms,
         stable=stable,
+        copies=copies,
     ).to_dict()
+
+
+def _bound_run(sess: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
+    """A run whose inputs were copied to GPU 0 once and whose outputs stay there (IOBinding): timing
+    it leaves the host/device copies out. It returns once the outputs are ready."""
+    binding = sess.io_binding()
+    for name, value in feeds.items():
+        binding.bind_ortvalue_input(name, _ORT.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), "cuda", 0))
+    for out in sess.get_outputs():
+        binding.bind_output(out.name, "cuda", 0)
+    binding.synchronize_inputs()
+
+    def call() -> Any:
+        sess.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+
+    return call

@@ -1,0 +1,150 @@
+"""The nightly, sharded (.github/workflows/nightly.yml): its job matrix, and the gather of its shards.
+
+``harness jobs`` turns nox's own session list (``nox -l --json -t run``) into the run jobs of a
+profile: one per runtime, on a hosted runner for the CPU package and on a runner labelled for GPUs
+for ``onnxruntime-gpu`` and native TensorRT. ``harness gather`` merges the shards the run jobs
+uploaded into the export's build folder, for ``harness report``.
+
+The gather is order-independent and idempotent: what it writes depends only on the set of shards it
+is given (each rewritten sorted and sealed, as the run stage writes it), so gathering again, or in
+another order, writes the same bytes. It refuses, with one line, a shard whose cells ran artifacts
+other than this export's (their model or reference hashes differ), a shard that fails its
+checksums, a shard that is not one of the profile's, and two different copies of one shard.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import cache
+from harness.errors import HarnessError
+from harness.matrix import Profile
+from harness.records import CellRecord
+from harness.run import _read_shard, load_artifacts, shard_path, write_shard
+
+CPU_RUNNER = ["ubuntu-24.04"]
+GPU_RUNNER = ["self-hosted", "linux", "x64", "gpu"]
+"""The labels a GPU run job asks for: a self-hosted runner registered with the ``gpu`` label."""
+
+
+def jobs(sessions_file: Path, profile: Profile) -> dict[str, list[dict[str, Any]]]:
+    """The run jobs of ``profile`` (a GitHub Actions ``strategy.matrix``), from ``nox -l --json -t run``.
+
+    Raises:
+        HarnessError: the file is not nox's session list, or a runtime of the profile has no session.
+    """
+    try:
+        listed = json.loads(sessions_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HarnessError(f"{sessions_file}: no such file; write it with `nox -l --json -t run > {sessions_file}`") from None
+    except ValueError as exc:
+        raise HarnessError(f"{sessions_file}: not the JSON of `nox -l --json -t run` ({exc})") from None
+    if not isinstance(listed, list) or not all(isinstance(s, dict) and "session" in s for s in listed):
+        raise HarnessError(f"{sessions_file}: not the JSON of `nox -l --json -t run` (a list of sessions)")
+    by_pin = {(s.get("call_spec") or {}).get("runtime"): s["session"] for s in listed if s.get("name") == "run"}
+    include = []
+    for rt in profile.runtimes:
+        session = by_pin.get(rt.pin)
+        if session is None:
+            raise HarnessError(
+                f"{sessions_file}: no nox session runs {rt.pin} (expected run({rt.id})); "
+                "list the sessions with `nox -l --json -t run` from the same checkout as matrix.toml"
+            )
+        include.append(
+            {"session": session, "id": rt.id, "runtime": rt.pin, "gpu": rt.gpu, "runs-on": GPU_RUNNER if rt.gpu else CPU_RUNNER}
+        )
+    return {"include": include}
+
+
+def _shard_files(sources: Iterable[Path]) -> dict[str, list[Path]]:
+    found: dict[str, list[Path]] = {}
+    for src in sources:
+        if not src.exists():
+            raise HarnessError(f"gather: {src}: no such file or folder")
+        for path in [src] if src.is_file() else sorted(src.rglob("*.jsonl")):
+            found.setdefault(path.name, []).append(path)
+    return found
+
+
+def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[[str], Any] = print) -> list[Path]:
+    """Merge the shards under ``sources`` into ``out/shards`` (``out`` holds the export); return the shards written.
+
+    Raises:
+        HarnessError: one line: a shard of other artifacts (hash mismatch), a damaged shard, a shard
+            the profile does not have, two different copies of one shard, or no shard at all.
+    """
+    exports = {r.key.id: r for r in load_artifacts(out)}
+    expected = {shard_path(out, rt, column).name for rt, column in profile.shards()}
+    found = _shard_files(sources)
+    if not found:
+        raise HarnessError(f"gather: no shards (*.jsonl) under {', '.join(map(str, sources))}; did the run jobs upload any?")
+    strays = sorted(set(found) - expected)
+    if strays:
+        raise HarnessError(
+            f"gather: {found[strays[0]][0]} is not a shard of profile {profile.name!r}; "
+            f"gather with the --profile the run jobs ran (its shards: {', '.join(sorted(expected)[:3])}, …)"
+        )
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in sorted(found):
+        copies = [_checked(path, exports) for path in found[name]]
+        first = copies[0]
+        for path, other in zip(found[name][1:], copies[1:], strict=True):
+            if _lines(other) != _lines(first):
+                raise HarnessError(f"gather: {found[name][0]} and {path} are two different runs of one shard; keep one of them")
+        dest = out / "shards" / name
+        write_shard(dest, first.values())
+        _stamp(found[name][0], dest)
+        written.append(dest)
+        echo(f"gather: {name}: {len(first)} cells")
+    missing = sorted(expected - set(found))
+    if missing:
+        echo(f"gather: no shard for {', '.join(missing)}: the report leaves those columns out")
+    return written
+
+
+def _lines(cells: dict[str, CellRecord]) -> set[str]:
+    return {cache.seal(c.to_dict()) for c in cells.values()}
+
+
+def _checked(path: Path, exports: dict[str, Any]) -> dict[str, CellRecord]:
+    """A shard's cells, refused when a line fails its checksum or a cell ran an artifact that is not
+    the export's (cells of artifacts the export does not hold are dropped: the report ignores them)."""
+    cells, corrupt = _read_shard(path, sound=True)
+    if corrupt:
+        raise HarnessError(f"gather: {path}: {corrupt} line(s) fail their checksum; upload or download the shard again")
+    keep: dict[str, CellRecord] = {}
+    for key, c in cells.items():
+        if c.runtime_wide:
+            keep[key] = c
+            continue
+        rec = exports.get(c.artifact.id)
+        if rec is None:
+            continue
+        if c.inputs != rec.digest or c.sha256 != rec.sha256:
+            raise HarnessError(
+                f"gather: {path}: cell {c.artifact.id} [{c.probe}] ran other artifacts than this export's "
+                f"(model {str(c.sha256)[:12]}, inputs {c.inputs} ≠ model {str(rec.sha256)[:12]}, inputs {rec.digest}); "
+                "rerun its run job on this export's artifacts"
+            )
+        keep[key] = c
+    return keep
+
+
+def _stamp(source: Path, dest: Path) -> None:
+    """The run job's stamp goes along when it describes exactly the shard written (the plan then
+    knows the shard is complete); otherwise none, and the plan reruns what is missing."""
+    src = source.with_name(source.name.removesuffix(".jsonl") + ".stamp.json")
+    dst = dest.with_name(dest.name.removesuffix(".jsonl") + ".stamp.json")
+    stamp = cache.read_json(src) if src.is_file() else None
+    if isinstance(stamp, dict) and stamp.get("sha256") == cache.sha256_file(dest):
+        if src.resolve() != dst.resolve():
+            shutil.copyfile(src, dst)
+    else:
+        dst.unlink(missing_ok=True)
