@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
-from harness.published import CASES
+from harness.published import CASES, runtime_key, shorten
 from harness.records import CellRecord, ExportRecord, Status, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
@@ -172,7 +172,24 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     )
     _write_text(results / "index.html", page.render(payload))
 
-    text = _markdown(df, exports, environment, counts, profile, verdicts, folded=folded, safe=safe, trend=trend, figures=figures)
+    # A column that is one runtime-wide record (a provider unavailable here, a broken env) was not measured: said once.
+    unmeasured = {
+        (c.runtime, c.provider): f"{c.status.symbol} {c.status.value}: {c.error_line}" for c in raw if c.runtime_wide
+    }
+    text = _markdown(
+        df,
+        exports,
+        environment,
+        counts,
+        profile,
+        verdicts,
+        folded=folded,
+        safe=safe,
+        trend=trend,
+        figures=figures,
+        unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
+        unmeasured_pins=unmeasured,
+    )
     _write_text(results / "README.md", text)
     summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
@@ -324,6 +341,8 @@ def _markdown(
     safe: list[recommend.Answer],
     trend: list[dict[str, Any]],
     figures: list[tuple[str, str]],
+    unmeasured: Mapping[str, str] | None = None,
+    unmeasured_pins: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
     cases = list(dict.fromkeys(r.case for r in exports))
     columns = _runtime_order(df["column"])
@@ -345,7 +364,7 @@ def _markdown(
         "or from the project's GitHub Pages). Every cell, long format: [matrix.jsonl](matrix.jsonl).",
         "",
         *_problem_lines(env.get("problems", [])),
-        *_safe_lines(safe),
+        *_safe_lines(safe, unmeasured_pins or {}),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -354,7 +373,7 @@ def _markdown(
     ]
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
-    lines += _runtime_summary(folded, columns, cases)
+    lines += _runtime_summary(folded, columns, cases, unmeasured or {})
     if figures:
         lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in figures] + [""]
     lines += _trend_lines(trend)
@@ -374,8 +393,9 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _safe_lines(answers: list[recommend.Answer]) -> list[str]:
-    """The newest safe opset per runtime: what ``harness recommend`` answers for each column."""
+def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, str], str]) -> list[str]:
+    """The newest safe opset per runtime: what ``harness recommend`` answers for each column (a column
+    not measured here says so, not "none")."""
     if not answers:
         return []
     exporters = sorted({o.exporter for a in answers for o in a.options}, key=lambda e: (e != "torchscript", e))
@@ -397,6 +417,10 @@ def _safe_lines(answers: list[recommend.Answer]) -> list[str]:
                 *((str(o.opset) if o.ok else f"none ({closest(o)})") if (o := mine.get(e)) else "" for e in exporters),
             ]
         )
+    answered = {(a.runtime, a.provider) for a in answers}
+    for (runtime, provider), why in sorted(unmeasured.items(), key=lambda kv: (runtime_key(kv[0][0]), kv[0][1])):
+        if (runtime, provider) not in answered:
+            rows.append([runtime, provider, f"not measured here ({_md_escape(shorten(why, 140))})", *("" for _ in exporters)])
     count, _, kinds = answers[0].selection.split(" (")[0].partition(": ")
     return [
         "## Newest safe opset per runtime",
@@ -421,13 +445,18 @@ def _fold_cases(df: pd.DataFrame) -> pd.Series:
     )
 
 
-def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str]) -> list[str]:
-    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by status."""
+def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str], unmeasured: Mapping[str, str]) -> list[str]:
+    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by
+    status; a column not measured here (one runtime-wide record) shows its status and, once, why."""
     combos = sorted({(e, o) for _, e, o, _ in per_case.index}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
     rows = []
     details = []
     order = {c: i for i, c in enumerate(cases)}
     for column in columns:
+        if (why := unmeasured.get(column)) is not None:
+            rows.append([column, *(why.split(":")[0] for _ in combos)])
+            details += [f"- **{column}** not measured here: {_md_escape(why)}", ""]
+            continue
         row = [column]
         failing_lines = []
         for exporter, opset in combos:

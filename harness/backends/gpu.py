@@ -5,8 +5,11 @@ without importing its runtime."""
 from __future__ import annotations
 
 import ctypes
+import mmap
+import os
 import platform
 import re
+import struct
 from pathlib import Path
 
 
@@ -52,3 +55,43 @@ def nvidia_driver_problem() -> str | None:
     if rc != 0 or count.value == 0:
         return f"no CUDA device is visible (cuDeviceGetCount: CUresult {rc}, {count.value} devices)"
     return None
+
+
+def needed_libraries(path: str | os.PathLike[str]) -> list[str]:
+    """The ``DT_NEEDED`` entries of an ELF64 shared object: what ``readelf -d`` lists as NEEDED, the
+    libraries the loader must find (``libcublasLt.so.12``, ``libcudnn.so.9``, ``libnvinfer.so.10``).
+    Read with the standard library, so a check needs no binutils.
+
+    Raises:
+        ValueError: not a little-endian ELF64 file, or one without a dynamic section.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise ValueError(f"{path}: not a little-endian ELF64 file")
+        shoff = struct.unpack_from("<Q", data, 0x28)[0]
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        dynamic = next((s for s in sections if s[1] == 6), None)  # SHT_DYNAMIC
+        if dynamic is None:
+            raise ValueError(f"{path}: no dynamic section")
+        strtab = sections[dynamic[6]]
+        names = []
+        for tag, value in struct.iter_unpack("<qQ", data[dynamic[4] : dynamic[4] + dynamic[5]]):
+            if tag == 0:  # DT_NULL
+                break
+            if tag == 1:  # DT_NEEDED
+                start = strtab[4] + value
+                names.append(data[start : data.find(b"\0", start)].decode())
+        return names
+
+
+def majors(libraries: list[str]) -> dict[str, str]:
+    """The CUDA, cuDNN and TensorRT majors a list of NEEDED libraries asks for (``{"cuda": "12", ...}``)."""
+    found: dict[str, str] = {}
+    for lib in libraries:
+        m = re.match(r"lib(cudart|cublas|cublasLt|cudnn|nvinfer)\.so\.(\d+)$", lib)
+        if m:
+            key = {"cudnn": "cudnn", "nvinfer": "tensorrt"}.get(m[1], "cuda")
+            found.setdefault(key, m[2])
+    return found
