@@ -263,7 +263,11 @@ def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure
     _run(out, force=True)
     assert calls == ["probe", "probe"]  # --force asks again
 
-    monkeypatch.setattr(run_mod, "probe_environment", lambda module: (calls.append("broken"), (None, "onnxruntime fails", None))[1])
+    def broken(module: str) -> tuple[None, str, None]:
+        calls.append("broken")
+        return None, "onnxruntime fails", None
+
+    monkeypatch.setattr(run_mod, "probe_environment", broken)
     for old in (out / "cache" / "envs").iterdir():
         old.unlink()
     assert any("env-error" in line for line in _run(out))

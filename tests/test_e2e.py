@@ -42,7 +42,7 @@ def smoke(build: Path) -> dict[tuple[str, str, int, str, str], dict]:  # type: i
     return {(c["case"], c["exporter"], c["opset"], c["runtime"].split("==")[1], c["probe"]): c for c in cells}
 
 
-def _matrix_cmd(tmp: Path) -> list[str]:
+def _matrix_cmd(tmp: Path, profile: str = "smoke", results: str = "results") -> list[str]:
     """`nox -s matrix` on the smoke profile, a few cases and the README's example corpus, into ``tmp``."""
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
     return [
@@ -53,7 +53,7 @@ def _matrix_cmd(tmp: Path) -> list[str]:
         "matrix",
         "--",
         "--profile",
-        "smoke",
+        profile,
         "--cases",
         CASES,
         "--corpus",
@@ -61,7 +61,7 @@ def _matrix_cmd(tmp: Path) -> list[str]:
         "--out",
         str(tmp / "build"),
         "--results",
-        str(tmp / "results"),
+        str(tmp / results),
     ]
 
 
@@ -199,7 +199,8 @@ def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path,
     assert rows and all(r.rstrip(" |").endswith("!") for r in rows), "every row's 1.18.0 column shows the env-error"
     summary = readme.split("## Summary per runtime")[1].split("<details>")[0]
     broken_row = next(r for r in summary.splitlines() if r.startswith("| 1.18.0"))
-    assert all(c.strip().startswith("0/") for c in broken_row.strip(" |").split("|")[1:]), broken_row
+    assert all(c.strip() == "! env-error" for c in broken_row.strip(" |").split("|")[1:]), broken_row
+    assert "- **1.18.0** not measured here: ! env-error: onnxruntime fails to import" in readme
 
 
 def test_diff_between_two_real_runs_with_a_changed_runtime_pin(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
@@ -272,3 +273,105 @@ def test_the_readme_user_corpus_example(smoke: dict, build: Path) -> None:  # ty
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{NEWEST.pin} on cpu, 1 case from examples/my_models.py:" in proc.stdout
     assert "recommended: " in proc.stdout and "the 1 selected case passes every probe" in proc.stdout
+
+
+def _nox_python(runtime_id: str) -> Path:
+    """The interpreter of the smoke run's `run(<id>)` session (nox names its folder run-ort-1-17-3)."""
+    return ROOT / ".nox" / f"run-{runtime_id.replace('.', '-')}" / "bin" / "python"
+
+
+def _without_timing(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    """Published rows without what two runs measure differently (latency)."""
+    return [{k: v for k, v in json.loads(line).items() if k != "latency"} for line in path.read_text().splitlines()]
+
+
+def test_separate_shard_processes_gathered_equal_the_single_run(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """The nightly's shape: each runtime runs in its own process on its own copy of the export (a run
+    job), the shards are gathered in either order (twice), and the report equals the single run's."""
+    profile = load(ROOT / "matrix.toml").profile("smoke")
+    export = build / "build"
+
+    def export_copy(dest: Path) -> Path:
+        dest.mkdir(parents=True)
+        for name in ("manifest.json", "export.stamp.json"):
+            shutil.copy(export / name, dest / name)
+        shutil.copytree(export / "artifacts", dest / "artifacts")
+        return dest
+
+    runners = {rt.id: export_copy(tmp_path / f"runner-{rt.id}" / "build") for rt in profile.runtimes}
+    args = ["-m", "harness", "run", "--matrix", str(ROOT / "matrix.toml"), "--profile", "smoke"]
+    procs = [  # side by side, as run jobs are
+        subprocess.Popen(
+            [str(_nox_python(rt.id)), *args, "--out", str(runners[rt.id]), "--runtime", rt.pin],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rt in profile.runtimes
+    ]
+    for proc in procs:
+        said, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, said[-3000:]
+    uploads = [runners[rt.id] / "shards" for rt in profile.runtimes]
+
+    gathered = {}
+    for name, order in (("forward", uploads), ("backward", uploads[::-1])):
+        out = export_copy(tmp_path / name / "build")
+        cmd = [sys.executable, "-m", "harness", "gather", "--profile", "smoke", "--out", str(out), *map(str, order)]
+        for _ in range(2):  # idempotent: a second gather writes the same bytes
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+        gathered[name] = out
+    shards = {name: {p.name: p.read_bytes() for p in (out / "shards").iterdir()} for name, out in gathered.items()}
+    assert shards["forward"] == shards["backward"]
+    assert sorted(shards["forward"]) == sorted(
+        f"{rt.id}-cpu{ext}" for rt in profile.runtimes for ext in (".jsonl", ".stamp.json")
+    )
+
+    results = tmp_path / "results"
+    build_report(gathered["forward"], results, profile=profile)
+    assert _without_timing(results / "matrix.jsonl") == _without_timing(build / "results" / "matrix.jsonl")
+    assert (results / "cases.json").read_bytes() == (build / "results" / "cases.json").read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "diff", str(build / "results"), str(results)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "regressions: 0" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_matrix_with_gpu_runtimes_completes_here_with_every_gpu_cell_unavailable(
+    smoke: dict,  # type: ignore[type-arg]
+    build: Path,
+    tmp_path: Path,
+) -> None:
+    """`nox -s matrix` on the smoke profile plus onnxruntime-gpu (the real wheel) and native TensorRT, on
+    this machine without a GPU: it succeeds; every CUDA and TensorRT cell is `unavailable` with the
+    loader's or the importer's reason; the CPU cells are the smoke run's, unchanged."""
+    out = tmp_path / "build"
+    shutil.copytree(build / "build", out)
+    cmd = _matrix_cmd(tmp_path, "smoke-gpu", "results-gpu")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    assert "no NVIDIA driver (libcuda.so.1 not found): installing numpy only, not pycuda==" in said
+    rows = [json.loads(line) for line in (tmp_path / "results-gpu" / "matrix.jsonl").read_text().splitlines()]
+    cpu = [r for r in rows if r["runtime"].startswith("onnxruntime==")]
+    assert cpu == [json.loads(line) for line in (build / "results" / "matrix.jsonl").read_text().splitlines()]
+    gpu = {(r["runtime"], r["provider"]): r for r in rows if r not in cpu and r["provider"] != "cpu"}
+    assert sorted(gpu) == [
+        ("onnxruntime-gpu==1.31.1", "cuda"),
+        ("onnxruntime-gpu==1.31.1", "tensorrt"),
+        ("onnxruntime-gpu==1.31.1", "tensorrt-fp16"),
+        ("tensorrt==10.13.3.9", "tensorrt"),
+        ("tensorrt==10.13.3.9", "tensorrt-fp16"),
+    ]
+    for (runtime, _), row in gpu.items():
+        assert (row["case"], row["status"], row["error_class"]) == ("*", "unavailable", "ProviderUnavailable"), row
+        assert "no NVIDIA driver (libcuda.so.1 not found)" in row["error_line"]
+        if runtime.startswith("tensorrt"):
+            assert row["error_line"].startswith("TensorRT is not importable (ModuleNotFoundError: No module named 'tensorrt')")
+        else:
+            assert "cannot load: libcublas" in row["error_line"]
+    gpu_cpu = [r for r in rows if r["runtime"] == "onnxruntime-gpu==1.31.1" and r["provider"] == "cpu"]
+    assert gpu_cpu and {r["status"] for r in gpu_cpu if r["case"] == "frozen_batch_fixed"} == {"pass"}
+    readme = (tmp_path / "results-gpu" / "README.md").read_text()
+    assert "- **trt-10.13.3.9 tensorrt-fp16** not measured here: · unavailable: TensorRT is not importable" in readme

@@ -46,15 +46,14 @@ def shards(gpu_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     fault_corpus(out, only=["add_one", "div_int_min"])
     matrix = tmp / "matrix.toml"
     text = (ROOT / "matrix.toml").read_text()
-    profile = f'[profiles.gpu]\nruntimes = ["onnxruntime-gpu=={GPU}"]\nproviders = ["cpu", "cuda", "tensorrt"]\n'
-    profile += 'exporters = ["torchscript"]\nopsets = [17]\n\n'
-    text = text.replace("[profiles.default]", f'[[runtimes]]\npin = "onnxruntime-gpu=={GPU}"\n\n{profile}[profiles.default]')
-    matrix.write_text(text)
-    cmd = [str(gpu_env), "-m", "harness", "run", "--matrix", str(matrix), "--profile", "gpu", "--out", str(out)]
+    profile = f'[profiles.gpu-test]\nruntimes = ["onnxruntime-gpu=={GPU}"]\nproviders = ["cpu", "cuda", "tensorrt"]\n'
+    profile += 'precisions = ["fp32", "fp16"]\nexporters = ["torchscript"]\nopsets = [17]\n\n'
+    matrix.write_text(text.replace("[profiles.default]", f"{profile}[profiles.default]"))
+    cmd = [str(gpu_env), "-m", "harness", "run", "--matrix", str(matrix), "--profile", "gpu-test", "--out", str(out)]
     proc = subprocess.run([*cmd, "--runtime", f"onnxruntime-gpu=={GPU}"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     found = {}
-    for provider in ("cpu", "cuda", "tensorrt"):
+    for provider in ("cpu", "cuda", "tensorrt", "tensorrt-fp16"):
         path = out / "shards" / f"ortgpu-{GPU}-{provider}.jsonl"
         found[provider] = [CellRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
     found["out"] = out  # type: ignore[assignment]
@@ -65,6 +64,7 @@ def test_cuda_and_tensorrt_are_unavailable_with_the_loaders_reason(shards: dict[
     for provider, ep, library in (
         ("cuda", "CUDAExecutionProvider", "libcublasLt.so.13"),
         ("tensorrt", "TensorrtExecutionProvider", "libcublas.so.13"),
+        ("tensorrt-fp16", "TensorrtExecutionProvider", "libcublas.so.13"),  # the precision axis: a column of its own
     ):
         cells = shards[provider]
         assert [c.status for c in cells] == [Status.UNAVAILABLE]  # one record for the whole column
@@ -106,3 +106,18 @@ def test_a_session_that_drops_cuda_is_unavailable_not_a_pass(gpu_env: Path, shar
         assert c.status is Status.UNAVAILABLE and c.error_class == "ProviderFellBack"
         assert c.error_line == "CUDAExecutionProvider was requested but the session fell back to CPUExecutionProvider"
         assert c.providers_used == ("CPUExecutionProvider",)
+
+
+def test_matrix_toml_records_the_majors_the_real_wheel_links_against(gpu_env: Path) -> None:
+    """matrix.toml's cuda / cudnn / tensorrt for the newest GPU runtime are what its provider libraries
+    ask the loader for (their ELF NEEDED entries), read from the installed wheel."""
+    from harness.backends.gpu import majors, needed_libraries
+    from harness.matrix import load
+
+    rt = load(ROOT / "matrix.toml").runtime(f"onnxruntime-gpu=={GPU}")
+    (capi,) = gpu_env.parent.parent.glob("lib/python*/site-packages/onnxruntime/capi")
+    cuda = majors(needed_libraries(capi / "libonnxruntime_providers_cuda.so"))
+    trt = majors(needed_libraries(capi / "libonnxruntime_providers_tensorrt.so"))
+    assert cuda["cuda"] == trt["cuda"] == rt.cuda
+    assert trt["tensorrt"] == rt.tensorrt
+    assert trt["cudnn"] == rt.cudnn  # the CUDA provider of 1.31 loads cuDNN at run time; TensorRT's links it
