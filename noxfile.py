@@ -69,10 +69,12 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", default="build")
     ap.add_argument("--results", default=None)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--no-latency", action="store_true")  # run sessions: cells only (bench/gpu_check.sh times them later)
     ns, rest = ap.parse_known_args(posargs)
     if rest:
         raise SystemExit(
-            f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, --force"
+            f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, "
+            "--force, --no-latency"
         )
     try:
         MATRIX.profile(ns.profile)
@@ -171,7 +173,7 @@ def run(session: nox.Session, runtime: str) -> None:
             session.log(f"{why}: installing {' '.join(rt.requirements)} only, not {' '.join(rt.gpu_requirements) or rt.pin}")
         session.install(*rt.requirements)
     _harness(session)
-    extra = ["--force"] if ns.force else []
+    extra = (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])
     session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
 
 

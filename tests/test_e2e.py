@@ -335,7 +335,7 @@ def test_separate_shard_processes_gathered_equal_the_single_run(smoke: dict, bui
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "diff", str(build / "results"), str(results)], capture_output=True, text=True
     )
-    assert proc.returncode == 0 and "regressions: 0" in proc.stdout, proc.stdout[-2000:]
+    assert proc.returncode == 0 and "no cell changed status" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_matrix_with_gpu_runtimes_completes_here_with_every_gpu_cell_unavailable(
@@ -375,3 +375,21 @@ def test_a_matrix_with_gpu_runtimes_completes_here_with_every_gpu_cell_unavailab
     assert gpu_cpu and {r["status"] for r in gpu_cpu if r["case"] == "frozen_batch_fixed"} == {"pass"}
     readme = (tmp_path / "results-gpu" / "README.md").read_text()
     assert "- **trt-10.13.3.9 tensorrt-fp16** not measured here: · unavailable: TensorRT is not importable" in readme
+
+
+def test_the_second_reference_script_reproduces_torchs_reference_on_the_cpu(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    """bench/cuda_reference.py rebuilds each case and runs it on the probe inputs of reference.npz; on the
+    CPU (``--device cpu``) it must give back the export's own reference for every probe, so on a GPU a
+    difference is the GPU's. Without CUDA its default device refuses with one line."""
+    script = str(ROOT / "bench" / "cuda_reference.py")
+    args = [sys.executable, script, "--out", str(build / "build"), "--corpus", "examples/my_models.py"]
+    proc = subprocess.run([*args, "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (build / "build" / "cuda_reference.jsonl").read_text().splitlines()]
+    assert {r["case"] for r in rows} == set(CASES.split(","))
+    assert rows and {r["status"] for r in rows} == {"pass"}, [r for r in rows if r["status"] != "pass"]
+    import torch
+
+    if not torch.cuda.is_available():
+        proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 2 and proc.stderr.strip().endswith("sees no CUDA device; nothing to compare")

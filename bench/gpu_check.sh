@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU check: one prepared script, under 8 minutes, for a machine with an NVIDIA GPU.
+#
+#   bash bench/gpu_check.sh [OUT]          # OUT defaults to build-gpu
+#
+# It runs profile `gpu` of matrix.toml: the corpus through both exporters at one opset, on one
+# onnxruntime-gpu (CUDA and TensorRT execution providers) and on native TensorRT (its parser and
+# builder), TensorRT at fp32 and fp16. It writes
+#
+#   OUT/shards/ortgpu-<v>-{cuda,tensorrt,tensorrt-fp16}.jsonl, OUT/shards/trt-<v>-{tensorrt,tensorrt-fp16}.jsonl
+#   OUT/cuda_reference.jsonl    torch's own CUDA outputs against the CPU reference (bench/cuda_reference.py)
+#   OUT/results/gpu/            the report of those shards (README.md, index.html, matrix.jsonl)
+#   OUT/gpu_check.log           everything below, as it ran
+#
+# Needs: Python 3.11 with nox and uv (`pip install nox uv`), an NVIDIA driver, and PyPI plus
+# pypi.nvidia.com (TensorRT's wheels are fetched from there). The CUDA, cuDNN and TensorRT libraries
+# come as wheels (matrix.toml gpu_requirements); pycuda builds against the CUDA toolkit (cuda.h under
+# CUDA_HOME or /usr/local/cuda). TORCH_PYTHON names an interpreter whose torch has CUDA, for the
+# second reference (default python3; skipped when its torch sees no GPU).
+#
+# Time: every step gets what is left of GPU_CHECK_SECONDS (default 470). The cells run first without
+# latency; the latency pass comes after the second reference and is cut short when the budget ends:
+# the run stage appends each cell and each timing as it arrives, so a cut costs only what was left,
+# and the report shows what was measured. Without a GPU it still completes, in about a minute: every
+# GPU cell is `unavailable`, with the reason.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build-gpu}
+case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
+BUDGET=${GPU_CHECK_SECONDS:-470}
+REPORT_RESERVE=45
+PROFILE=gpu
+start=$SECONDS
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/gpu_check.log") 2>&1
+
+left() { echo $((BUDGET - (SECONDS - start))); }
+say() { echo "gpu_check [$((SECONDS - start))s]: $*"; }
+step() {  # step SECONDS COMMAND...: the command under a deadline; SIGINT first (the harness keeps what it finished)
+  local limit=$1
+  shift
+  if [ "$limit" -le 5 ]; then
+    say "no time left for: $*"
+    return 124
+  fi
+  timeout -s INT -k 20 "$limit" "$@"
+  local rc=$?
+  [ $rc -eq 124 ] && say "cut short after ${limit}s: $*"
+  return $rc
+}
+
+say "budget ${BUDGET}s, output $OUT"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader || true
+else
+  say "no nvidia-smi: no NVIDIA driver here; every GPU cell will be unavailable, with the reason"
+fi
+python3 -m harness validate --matrix matrix.toml | grep -E "^($PROFILE|matrix)" || exit 2
+mapfile -t SESSIONS < <(python3 -m harness sessions --profile "$PROFILE")
+say "runtimes: ${SESSIONS[*]}"
+
+step "$(($(left) - REPORT_RESERVE))" nox -s export -- --profile "$PROFILE" --out "$OUT" || say "export ended with status $?"
+
+for id in "${SESSIONS[@]}"; do  # correctness first, every column
+  step "$(($(left) - REPORT_RESERVE))" nox -s "run($id)" -- --profile "$PROFILE" --out "$OUT" --no-latency || say "run($id) ended with status $?"
+done
+
+TORCH_PYTHON=${TORCH_PYTHON:-python3}
+if "$TORCH_PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  step "$(($(left) - REPORT_RESERVE))" "$TORCH_PYTHON" bench/cuda_reference.py --out "$OUT" || say "cuda_reference ended with status $?"
+else
+  say "$TORCH_PYTHON has no torch that sees a GPU: no second reference"
+fi
+
+for id in "${SESSIONS[@]}"; do  # then latency: every cell is reused, only the timings run
+  step "$(($(left) - REPORT_RESERVE))" nox -s "run($id)" -- --profile "$PROFILE" --out "$OUT" || say "latency of $id ended with status $?"
+done
+
+step "$(left)" nox -s report -- --profile "$PROFILE" --out "$OUT" --results "$OUT/results/$PROFILE" || say "report ended with status $?"
+
+python3 - "$OUT" <<'EOF'
+import json, sys
+from collections import Counter
+from pathlib import Path
+
+out = Path(sys.argv[1])
+for shard in sorted((out / "shards").glob("*.jsonl")):
+    cells = [json.loads(line) for line in shard.read_text().splitlines() if line.strip()]
+    counts = Counter(c["status"] for c in cells)
+    timed = [c["latency"] for c in cells if c.get("latency")]
+    line = f"{shard.name}: {len(cells)} cells {dict(counts)}"
+    if timed:
+        line += f", {len(timed)} timed (copies: {', '.join(sorted({t.get('copies', 'host') for t in timed}))})"
+    if len(cells) == 1 and cells[0]["case"] == "*":
+        line += f": {cells[0].get('error_line')}"
+    print(line)
+EOF
+say "done in $((SECONDS - start))s"
