@@ -91,8 +91,8 @@ def parser() -> argparse.ArgumentParser:
         "passes every probe on --runtime × --provider; then every alternative with the cases that fail there and why. "
         "Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input.",
     )
-    p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3 or ort-1.17.3")
-    p.add_argument("--provider", default="cpu", help="cpu, cuda or tensorrt (default: cpu)")
+    p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
+    p.add_argument("--provider", default="cpu", help="cpu, cuda, tensorrt or tensorrt-fp16 (default: cpu)")
     p.add_argument("--results", default="results/matrix.jsonl", help="a published matrix.jsonl or its folder (default: results/)")
     p.add_argument(
         "--corpus", action="append", default=[], metavar="FILE", help="select the cases of this corpus file (repeatable)"

@@ -60,13 +60,14 @@ class Answer:
 
 
 def resolve_runtime(spec: str, cells: Iterable[CellRecord], source: str) -> str:
-    """``onnxruntime==1.17.3``, ``1.17.3`` or ``ort-1.17.3`` → a pin the table measured, or one line naming
-    the nearest measured ones."""
+    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (``ortgpu-1.31.1``, ``trt-10.13.3.9``) → a pin the
+    table measured, or one line naming the nearest measured ones."""
     pins = runtime_order(c.runtime for c in cells)
     text = spec.strip()
-    if text.startswith(("ort-", "ortgpu-")):
+    if text.startswith(("ort-", "ortgpu-", "trt-")):
         prefix, _, version = text.partition("-")
-        text = f"{'onnxruntime' if prefix == 'ort' else 'onnxruntime-gpu'}=={version}"
+        package = {"ort": "onnxruntime", "ortgpu": "onnxruntime-gpu", "trt": "tensorrt"}[prefix]
+        text = f"{package}=={version}"
     elif "==" not in text:
         text = f"onnxruntime=={text}"
     if text in pins:

@@ -287,6 +287,7 @@ def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "repro": _repro(c, repros) or "",
         "note": c.note or "",
         "median_ms": c.latency.median_ms if c.latency else None,
+        "copies": c.latency.copies if c.latency else "",
     }
 
 
@@ -673,8 +674,10 @@ def _case_section(
         wide = lat.pivot_table(index=["exporter", "opset"], columns="column", values="median_ms", aggfunc="first")
         wide = wide.reindex(columns=[c for c in columns if c in wide.columns])
         rows = [[e, o, *(f"{v * 1e3:.0f}" if pd.notna(v) else "" for v in vals)] for (e, o), vals in wide.iterrows()]
+        on_device = (lat["copies"] == "device").any()
+        device = "; GPU columns with inputs and outputs on the device, copies excluded" if on_device else ""
         lines += [
-            "Latency of the example probe, median µs (serial, 1 thread):",
+            f"Latency of the example probe, median µs (serial, 1 thread{device}):",
             "",
             tabulate(rows, headers=["exporter", "opset", *wide.columns], tablefmt="github"),
             "",

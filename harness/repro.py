@@ -133,7 +133,12 @@ ARTIFACT = __ARTIFACT__
 ATOL = __ATOL__
 RTOL = __RTOL__
 HERE = Path(__file__).resolve().parent
-PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+PROVIDERS = {
+    "cpu": ("CPUExecutionProvider", {}),
+    "cuda": ("CUDAExecutionProvider", {}),
+    "tensorrt": ("TensorrtExecutionProvider", {"trt_fp16_enable": False}),
+    "tensorrt-fp16": ("TensorrtExecutionProvider", {"trt_fp16_enable": True}),
+}
 DTYPES = {1: "f4", 2: "u1", 3: "i1", 4: "u2", 5: "i2", 6: "i4", 7: "i8", 9: "?", 10: "f2", 11: "f8", 12: "u4", 13: "u8", 14: "c8",
           15: "c16"}
 
@@ -232,7 +237,7 @@ def main():
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu", help="execution provider (default: cpu)")
     parser.add_argument("--disable-optimizations", action="store_true", help="ORT_DISABLE_ALL: is the graph optimizer to blame?")
     args = parser.parse_args()
-    ep = PROVIDERS[args.provider]
+    ep, options = PROVIDERS[args.provider]
     print(f"{ARTIFACT}: onnxruntime {ort.__version__}, numpy {np.__version__}, {ep}, atol {ATOL}, rtol {RTOL}")
     if ep not in ort.get_available_providers():
         print(f"UNAVAILABLE: {ep} is not in this onnxruntime ({', '.join(ort.get_available_providers())})")
@@ -242,7 +247,7 @@ def main():
     if args.disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        sess = ort.InferenceSession(str(HERE / "model.onnx"), sess_options=so, providers=[ep])
+        sess = ort.InferenceSession(str(HERE / "model.onnx"), sess_options=so, providers=[(ep, options)])
     except Exception as exc:
         print(f"LOAD-FAIL: {one_line(exc)}")
         return 1
@@ -339,6 +344,13 @@ def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], co
     for c in cells:
         providers_of.setdefault(c.runtime, set()).add(c.provider)
     for pin in sorted(providers_of, key=runtime_key):
+        if pin.startswith("tensorrt=="):  # native TensorRT: its own parser and builder, through Polygraphy's CLI
+            reqs = f'"{pin}" polygraphy'
+            lines.append(f"    pip install {_doc_text(reqs)}")
+            for provider in sorted(providers_of[pin]):
+                fp16 = " --fp16" if provider.endswith("-fp16") else ""
+                lines.append(f"    polygraphy run model.onnx --trt{fp16}{_trt_shapes(cells, pin, provider)}")
+            continue
         reqs = " ".join(f'"{r}"' for r in (pin, *constraints.get(pin, ())))
         lines.append(f"    pip install {_doc_text(reqs)}")
         for provider in sorted(providers_of[pin]):
@@ -346,6 +358,18 @@ def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], co
     if any(c.status in (Status.CRASH, Status.TIMEOUT) for c in cells):
         lines += ["", "A crash kills this process (signal, no summary line); a timeout makes it hang."]
     return "\n".join(lines) + "\n"
+
+
+def _trt_shapes(cells: list[CellRecord], pin: str, provider: str) -> str:
+    """Polygraphy's --trt-{min,opt,max}-shapes for the optimization profile the cell's engine was built with."""
+    profile = next((c.engine.get("profile") for c in cells if c.runtime == pin and c.provider == provider and c.engine), None)
+    if not profile:
+        return ""
+    parts = []
+    for i, which in enumerate(("min", "opt", "max")):
+        shapes = " ".join(f"{name}:[{','.join(map(str, dims[i]))}]" for name, dims in sorted(profile.items()))
+        parts.append(f" --trt-{which}-shapes {shapes}")
+    return "".join(parts)
 
 
 def render_script(

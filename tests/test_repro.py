@@ -432,6 +432,30 @@ def test_docstring_lists_the_cells_and_install_commands(matrix: tuple[Path, Path
     assert "A crash kills this process" in ident
 
 
+def test_gpu_cells_reproduce_with_their_provider_and_native_tensorrt_with_polygraphy(tmp_path: Path) -> None:
+    """A TensorRT-EP fp16 cell reproduces with `--provider tensorrt-fp16` (trt_fp16_enable); a native TensorRT
+    cell, which onnxruntime cannot run, with Polygraphy's TensorRT runner at the engine's profile."""
+    build, results = tmp_path / "build", tmp_path / "results"
+    frozen = _frozen_batch(build)
+    ep = frozen.cell("onnxruntime-gpu==1.31.1", "tensorrt-fp16", {})
+    native = frozen.cell("tensorrt==10.13.3.9", "tensorrt-fp16", {}, engine={"profile": {"x": [[1, 3], [1, 3], [3, 3]]}})
+    cells = [
+        ep.replace(probe="batch3", status=Status.RUN_FAIL, stage=Stage.RUN, error_line="bad batch"),
+        native.replace(probe="example", status=Status.MISMATCH, stage=Stage.COMPARE, error_line="1/3 elements differ"),
+    ]
+    write_repros(build, results, cells, [frozen], {})
+    script = results / "repro/frozen_batch.torchscript.op13/repro.py"
+    doc = _load(script).__doc__
+    assert '    pip install "onnxruntime-gpu==1.31.1"\n    python repro.py --provider tensorrt-fp16\n' in doc
+    assert (
+        '    pip install "tensorrt==10.13.3.9" polygraphy\n    polygraphy run model.onnx --trt --fp16'
+        " --trt-min-shapes x:[1,3] --trt-opt-shapes x:[1,3] --trt-max-shapes x:[3,3]\n"
+    ) in doc
+    assert _load(script).PROVIDERS["tensorrt-fp16"] == ("TensorrtExecutionProvider", {"trt_fp16_enable": True})
+    proc = _run(script, "--provider", "tensorrt-fp16")  # this onnxruntime has no TensorRT: said, exit 2
+    assert proc.returncode == 2 and "UNAVAILABLE: TensorrtExecutionProvider is not in this onnxruntime" in proc.stdout
+
+
 def test_scripts_are_one_template(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
     """Beyond the docstring and the constants, every repro.py is the same text."""
     build, results, cells, exports = matrix
