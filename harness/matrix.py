@@ -195,10 +195,16 @@ class ExportSettings:
 class RunSettings:
     timeout: float = 120.0
     workers: int = 0
+    gpu_workers: int = 4
+    """Correctness workers of a GPU column: they share one GPU, and TensorRT's engine builds compete
+    for it (16 at once made tactic timings noisy and builds slow enough to hit ``timeout``)."""
 
     @property
     def worker_count(self) -> int:
         return self.workers or (os.cpu_count() or 1)
+
+    def workers_for(self, provider: str) -> int:
+        return self.worker_count if provider == "cpu" else min(self.worker_count, max(1, self.gpu_workers))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,8 +408,12 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     atol, rtol = to.number("atol", 1e-4), to.number("rtol", 1e-3)
 
     ru = _Reader(file, "run", top.get("run", dict, {}))
-    ru.only("timeout", "workers")
-    run = RunSettings(timeout=float(ru.number("timeout", 120, minimum=1)), workers=ru.number("workers", 0, integer=True))
+    ru.only("timeout", "workers", "gpu_workers")
+    run = RunSettings(
+        timeout=float(ru.number("timeout", 120, minimum=1)),
+        workers=ru.number("workers", 0, integer=True),
+        gpu_workers=ru.number("gpu_workers", 4, minimum=1, integer=True),
+    )
 
     la = _Reader(file, "latency", top.get("latency", dict, {}))
     la.only("iobinding", "threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")

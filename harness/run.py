@@ -377,7 +377,9 @@ def run_runtime(
         try:
             t0 = time.perf_counter()
             log = out / "logs" / f"{runtime.id}.log"
-            for cell in _correctness(matrix, tasks, {r.key.id: r for r in artifacts}, log, stats, backend=module):
+            records = {r.key.id: r for r in artifacts}
+            workers = matrix.run.workers_for(provider)
+            for cell in _correctness(matrix, tasks, records, log, stats, backend=module, workers=workers):
                 cells[cell.key] = cell
                 appender.add([cell])
             stats.correctness_wall = time.perf_counter() - t0
@@ -487,6 +489,7 @@ def _correctness(
     stats: Stats | None = None,
     backend: str = BACKENDS["onnxruntime"],
     entry: str = "run_artifact",
+    workers: int | None = None,
 ) -> Iterator[CellRecord]:
     """Run the tasks in worker processes; yield each cell as it arrives.
 
@@ -504,7 +507,7 @@ def _correctness(
         for outcome in run_tasks(
             f"{backend}:{entry}",
             tasks,
-            workers=matrix.run.worker_count,
+            workers=workers or matrix.run.worker_count,
             timeout=matrix.run.timeout,
             init=f"{backend}:init_worker",
             log=str(log),

@@ -221,6 +221,48 @@ def test_the_engine_cache_key_follows_model_tensorrt_gpu_precision_workspace_and
         assert trt_backend.engine_key(**{**parts, name: value}) != key, name
 
 
+def test_shape_tensor_inputs_get_a_profile_of_their_values(tmp_path: Path) -> None:
+    """An int input the network uses as a shape (a reshape target, a count) is profiled by value."""
+    path = tmp_path / "reference.npz"
+    np.savez(
+        path,
+        **{
+            "example/in/n": np.array(4, np.int64),
+            "big/in/n": np.array(9, np.int64),
+            "example/in/shape": np.array([2, 6], np.int64),
+            "big/in/shape": np.array([3, 4], np.int64),
+        },
+    )
+    ref = np.load(path)
+    values = trt_backend.profile_values(["n", "shape"], ref, ["example", "big"])
+    assert values == {"n": ((4,), (4,), (9,)), "shape": ((2, 4), (2, 6), (3, 6))}
+    with pytest.raises(ValueError, match="shape input 'm' has no value in any probe"):
+        trt_backend.profile_values(["m"], ref, ["example"])
+
+
+def test_gpu_columns_share_the_gpu_between_fewer_workers() -> None:
+    run = MATRIX.run
+    assert run.workers_for("cpu") == run.worker_count
+    assert run.workers_for("tensorrt-fp16") == min(run.worker_count, run.gpu_workers) >= 1
+
+
+def test_the_tensorrt_provider_caches_engines_per_artifact_and_session(tmp_path: Path) -> None:
+    """onnxruntime names a cached TensorRT engine by the model's file name and tensor names, not its
+    weights: every artifact is a model.onnx, so each gets a folder of its own (and the unoptimized
+    session another), and no timing cache is shared between workers."""
+    from harness.backends.onnxruntime import session_providers
+
+    options = {**MATRIX.options("tensorrt-fp16"), "engine_cache": str(tmp_path / "trt")}
+    (ep, opts), cuda = session_providers("tensorrt-fp16", options, "add_one.torchscript.op17/unoptimized")
+    assert ep == "TensorrtExecutionProvider" and cuda == ("CUDAExecutionProvider", {"device_id": 0})
+    assert opts["trt_engine_cache_path"] == str(tmp_path / "trt" / "add_one.torchscript.op17" / "unoptimized")
+    assert Path(opts["trt_engine_cache_path"]).is_dir()
+    assert opts["trt_fp16_enable"] is True and opts["trt_engine_cache_enable"] is True
+    assert not any(k.startswith("trt_timing_cache") for k in opts) and "engine_cache" not in opts
+    assert session_providers("cuda", MATRIX.options("cuda"))[0][1]["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    assert session_providers("cpu") == ["CPUExecutionProvider"]
+
+
 class FakeParserError:
     """Stands in for ``tensorrt.ParserError`` (TensorRT cannot be installed without a GPU here): the
     methods TensorRT 10 gives it."""

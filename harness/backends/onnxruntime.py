@@ -139,11 +139,13 @@ _PROVIDER_FAILURE = re.compile(
 )
 
 
-def session_providers(provider: str, options: Mapping[str, Any] | None = None) -> list[Any]:
+def session_providers(provider: str, options: Mapping[str, Any] | None = None, cache: str = "") -> list[Any]:
     """The ``providers`` argument of an InferenceSession for a column: the execution provider with
-    matrix.toml's options (device 0). TensorRT gets its engine and timing caches in the folder the run
-    stage names, and the CUDA provider after it, so nodes TensorRT refuses run on the GPU too (the
-    cell's placement shows the split)."""
+    matrix.toml's options (device 0). TensorRT gets its engine cache in a folder of its own per
+    artifact and session kind (``cache``, under the folder the run stage names: onnxruntime names a
+    cached engine by the model's file name and tensor names, not its weights, and every artifact is a
+    ``model.onnx``), and the CUDA provider after it, so nodes TensorRT refuses run on the GPU too (the
+    cell's placement shows the split). No timing cache: workers would write one file at once."""
     base, _ = split_column(provider)
     ep = PROVIDERS[base]
     if base == "cpu":
@@ -153,9 +155,9 @@ def session_providers(provider: str, options: Mapping[str, Any] | None = None) -
     if base == "tensorrt":
         cache_dir = (options or {}).get("engine_cache")
         if cache_dir:
-            os.makedirs(cache_dir, exist_ok=True)
-            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=cache_dir, trt_timing_cache_enable=True)
-            opts.setdefault("trt_timing_cache_path", cache_dir)
+            path = os.path.join(cache_dir, cache) if cache else cache_dir
+            os.makedirs(path, exist_ok=True)
+            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=path)
         return [(ep, opts), (PROVIDERS["cuda"], {"device_id": opts["device_id"]})]
     return [(ep, opts)]
 
@@ -169,6 +171,7 @@ def _session(
     profile: str | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> Any:
+    cache = f"{path.parent.name}/{'optimized' if optimize else 'unoptimized'}{'-' + path.stem if path.stem != 'model' else ''}"
     so = _ORT.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -178,7 +181,7 @@ def _session(
     if profile:
         so.enable_profiling = True
         so.profile_file_prefix = profile
-    return _ORT.InferenceSession(str(path), sess_options=so, providers=session_providers(provider, options))
+    return _ORT.InferenceSession(str(path), sess_options=so, providers=session_providers(provider, options, cache))
 
 
 def placement(profile_json: str | os.PathLike[str]) -> dict[str, int]:
@@ -390,7 +393,7 @@ def _localize(
         feeds,
         atol=rec.atol,
         rtol=rec.rtol,
-        providers=session_providers(cell.provider, options),
+        providers=session_providers(cell.provider, options, f"{art.name}/debug"),
         threads=threads,
         reuse=reuse.setdefault("debug", {}),
     )
@@ -479,7 +482,7 @@ def _bound_run(sess: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
     it leaves the host/device copies out. It returns once the outputs are ready."""
     binding = sess.io_binding()
     for name, value in feeds.items():
-        binding.bind_ortvalue_input(name, _ORT.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), "cuda", 0))
+        binding.bind_ortvalue_input(name, _ORT.OrtValue.ortvalue_from_numpy(np.asarray(value, order="C"), "cuda", 0))
     for out in sess.get_outputs():
         binding.bind_output(out.name, "cuda", 0)
     binding.synchronize_inputs()

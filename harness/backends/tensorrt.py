@@ -46,9 +46,13 @@ from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, fi
 _TRT: Any = None
 _CUDA: Any = None
 _CONTEXT: Any = None
+_LOGGER: Any = None
+"""The worker's one TensorRT logger: TensorRT keeps the first logger a process gives it while any
+builder or runtime lives (NVIDIA/TensorRT#1475), so a logger per build would hear nothing."""
 _ENGINES: dict[str, Any] = {}
-"""Engines deserialized in this worker, by cache key (an artifact's probes arrive in one task, but
-the latency phase and a rerun of the probes after a crash come back to the same engine)."""
+"""Engines deserialized in this worker, by cache key (a probe rerun after a crash comes back to the
+same engine); the newest few only, so a long-lived worker does not hold every engine's weights."""
+_KEEP_ENGINES = 4
 
 WORKSPACE_MIB = 4096
 
@@ -122,7 +126,7 @@ def provider_problem(provider: str) -> str | None:
 
 def init_worker() -> None:
     """Import tensorrt and pycuda once per worker and make GPU 0's primary context current."""
-    global _TRT, _CUDA, _CONTEXT
+    global _TRT, _CUDA, _CONTEXT, _LOGGER
     import pycuda.driver as cuda
     import tensorrt
 
@@ -130,6 +134,7 @@ def init_worker() -> None:
     _CONTEXT = cuda.Device(0).retain_primary_context()
     _CONTEXT.push()
     _TRT, _CUDA = tensorrt, cuda
+    _LOGGER = _Logger()
 
     import atexit
 
@@ -177,6 +182,33 @@ def profile_shapes(
     return out
 
 
+def profile_values(
+    shape_inputs: Sequence[str], ref: Any, probes: Sequence[str], example: str = "example"
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """For shape-tensor inputs (an int tensor the network uses as a shape or a count), the optimization
+    profile is of their values: min/opt/max element by element over the probes, opt the example's.
+
+    Raises:
+        ValueError: a shape input no probe gives, or probes giving it different lengths.
+    """
+    out = {}
+    for name in shape_inputs:
+        seen = {
+            p: tuple(int(v) for v in np.asarray(ref[f"{p}/in/{name}"]).reshape(-1))
+            for p in probes
+            if f"{p}/in/{name}" in ref.files
+        }
+        if not seen:
+            raise ValueError(f"shape input {name!r} has no value in any probe")
+        if len({len(v) for v in seen.values()}) != 1:
+            raise ValueError(f"shape input {name!r} has values of different lengths across probes: {sorted(seen.values())}")
+        values = list(seen.values())
+        lo = tuple(min(v[i] for v in values) for i in range(len(values[0])))
+        hi = tuple(max(v[i] for v in values) for i in range(len(values[0])))
+        out[name] = (lo, seen.get(example, values[0]), hi)
+    return out
+
+
 def engine_key(
     model_sha256: str | None,
     trt_version: str,
@@ -197,7 +229,7 @@ def parser_errors(parser: Any) -> list[str]:
     lines = []
     for i in range(parser.num_errors):
         err = parser.get_error(i)
-        node, name, op = _call(err, "node", -1), _call(err, "node_name", ""), _call(err, "node_operator", "")
+        node, name, op = _call(err, "node", -1), _call(err, "node_name", ""), _call(err, "node_operator", "")  # 10.0+
         where = f"node {node}" if node is not None and node >= 0 else "the model"
         if name or op:
             where += f" ({', '.join(p for p in (name, op) if p)})"
@@ -206,7 +238,7 @@ def parser_errors(parser: Any) -> list[str]:
 
 
 def _call(obj: Any, method: str, default: Any) -> Any:
-    """``obj.method()``, or ``default`` where this TensorRT has no such method (node_name came in 8.6)."""
+    """``obj.method()``, or ``default`` where this TensorRT has no such method (node_name came in 10.0)."""
     fn = getattr(obj, method, None)
     if fn is None:
         return default
@@ -220,7 +252,8 @@ def _call(obj: Any, method: str, default: Any) -> Any:
 
 
 class _Logger:
-    """Collects the builder's warnings and errors for the cell (TensorRT prints to stderr otherwise)."""
+    """Collects TensorRT's errors for the cells (it prints to stderr otherwise): one per worker, read
+    from the index a build started at."""
 
     def __new__(cls) -> Any:
         trt = _TRT
@@ -247,7 +280,12 @@ def _network_inputs(network: Any) -> dict[str, tuple[int, ...]]:
 
 def load_engine(art: Path, rec: ExportRecord, ref: Any, precision: str, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The artifact's engine at ``precision`` (from the cache, else parsed and built) and its record."""
-    trt, logger = _TRT, _Logger()
+    trt, logger = _TRT, _LOGGER
+    since = len(logger.errors)
+
+    def errors(default: str) -> str:
+        return " / ".join(dict.fromkeys(logger.errors[since:][-3:])) or default
+
     builder = trt.Builder(logger)
     flags = 0
     if int(trt.__version__.split(".")[0]) < 10:  # explicit batch is the only mode from TensorRT 10 on
@@ -255,17 +293,23 @@ def load_engine(art: Path, rec: ExportRecord, ref: Any, precision: str, options:
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(art / "model.onnx")):
-        raise ParseError("\n".join(parser_errors(parser)) or "TensorRT's ONNX parser refused the model without an error")
+        raise ParseError("\n".join(parser_errors(parser)) or errors("TensorRT's ONNX parser refused the model without an error"))
     example = probe_shapes(ref, ["example"])
-    profile = profile_shapes(_network_inputs(network), probe_shapes(ref, rec.probes), {k: v[0] for k, v in example.items()})
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    shape_inputs = [t.name for t in inputs if getattr(t, "is_shape_tensor", False)]
+    dims = {name: d for name, d in _network_inputs(network).items() if name not in shape_inputs}
+    profile = profile_shapes(dims, probe_shapes(ref, rec.probes), {k: v[0] for k, v in example.items()})
+    values = profile_values(shape_inputs, ref, rec.probes)
     device = _CUDA.Device(0)
     gpu = f"{device.name()} (sm_{''.join(map(str, device.compute_capability()))})"
-    key = engine_key(rec.sha256, trt.__version__, gpu, precision, _workspace(options), profile)
+    key = engine_key(rec.sha256, trt.__version__, gpu, precision, _workspace(options), {**profile, **values})
     folder = Path(options.get("engine_cache") or art / "engines")
     path = folder / f"{art.name}.{key}.engine"
     info_path = path.with_suffix(".json")
     shapes = {k: [list(s) for s in v] for k, v in profile.items()}
-    info = {"precision": precision, "tensorrt": trt.__version__, "gpu": gpu, "profile": shapes}
+    info: dict[str, Any] = {"precision": precision, "tensorrt": trt.__version__, "gpu": gpu, "profile": shapes}
+    if values:
+        info["shape_values"] = {k: [list(s) for s in v] for k, v in values.items()}
     blob: bytes | None = None
     if key in _ENGINES:
         return _ENGINES[key], {**(cache.read_json(info_path) or info), "cached": True}
@@ -277,16 +321,18 @@ def load_engine(art: Path, rec: ExportRecord, ref: Any, precision: str, options:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _workspace(options) << 20)
         if precision == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
-        if profile:
+        if profile or values:
             prof = builder.create_optimization_profile()
             for name, (lo, mid, hi) in profile.items():
                 prof.set_shape(name, lo, mid, hi)
+            for name, (lo, mid, hi) in values.items():
+                prof.set_shape_input(name, lo, mid, hi)
             config.add_optimization_profile(prof)
         t0 = time.perf_counter()
         serialized = builder.build_serialized_network(network, config)
         seconds = time.perf_counter() - t0
         if serialized is None:
-            raise BuildError(" / ".join(dict.fromkeys(logger.errors[-3:])) or "build_serialized_network returned None")
+            raise BuildError(errors("build_serialized_network returned None"))
         blob = bytes(serialized)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -297,8 +343,10 @@ def load_engine(art: Path, rec: ExportRecord, ref: Any, precision: str, options:
         info = {**info, "cached": False}
     engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
     if engine is None:
-        raise BuildError(" / ".join(dict.fromkeys(logger.errors[-3:])) or "deserialize_cuda_engine returned None")
+        raise BuildError(errors("deserialize_cuda_engine returned None"))
     _ENGINES[key] = engine
+    while len(_ENGINES) > _KEEP_ENGINES:
+        _ENGINES.pop(next(iter(_ENGINES)))
     return engine, info
 
 
@@ -310,9 +358,15 @@ class _Bound:
         self.context = engine.create_execution_context()
         self.stream = cuda.Stream()
         self.inputs: list[tuple[Any, np.ndarray]] = []
+        self.host_inputs: list[np.ndarray] = []  # shape tensors: TensorRT reads them from the host
         for name, value in feeds.items():
-            host = np.ascontiguousarray(value, dtype=trt.nptype(engine.get_tensor_dtype(name)))
-            self.context.set_input_shape(name, host.shape)
+            host = np.asarray(value, dtype=trt.nptype(engine.get_tensor_dtype(name)), order="C")  # 0-d stays 0-d
+            if engine.is_shape_inference_io(name):
+                self.context.set_tensor_address(name, host.ctypes.data)
+                self.host_inputs.append(host)
+                continue
+            if not self.context.set_input_shape(name, host.shape):
+                raise RuntimeError(f"input {name!r}: shape {list(host.shape)} is outside the engine's optimization profile")
             dev = cuda.mem_alloc(max(host.nbytes, 1))
             self.context.set_tensor_address(name, int(dev))
             self.inputs.append((dev, host))
