@@ -54,6 +54,7 @@ REFERENCE_PKGS = next(
 )
 EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", *REFERENCE_PKGS, "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
+NVIDIA_INDEX = "https://pypi.nvidia.com"  # TensorRT's libraries (GPU machines only)
 # The tests run on the reference runtime (the newest). Playwright drives the system's Chromium (Debian's
 # `chromium`, which .ci/run installs); its own browser download is never used.
 # check-jsonschema validates the nightly workflow against its vendored GitHub Actions schema (offline).
@@ -166,7 +167,8 @@ def run(session: nox.Session, runtime: str) -> None:
     rt = MATRIX.runtime(runtime)
     env = {}
     if rt.gpu and (why := nvidia_driver_problem()) is None:
-        session.install(*rt.gpu_install)
+        # NVIDIA's index first for the packages it hosts: PyPI's tensorrt-cu*-libs are placeholders that fetch it.
+        session.install(*rt.gpu_install, "--extra-index-url", NVIDIA_INDEX)
         env["LD_LIBRARY_PATH"] = _gpu_library_path(session)
     else:
         if rt.gpu:  # the GPU columns will say why, cell by cell, as `unavailable`; the session succeeds
