@@ -247,8 +247,7 @@ def settings_of(matrix: Matrix, provider: str = "cpu", runtime: Runtime | None =
 def _options(matrix: Matrix, runtime: Runtime, provider: str, out: Path) -> dict[str, Any]:
     """What the backend is handed for a column: matrix.toml's options, and where TensorRT keeps its
     engines (by artifact, TensorRT version, GPU and precision: see the backends)."""
-    native = runtime.package == "tensorrt"
-    options = matrix.options(provider, native=native) if provider != "cpu" else {}
+    options = dict(settings_of(matrix, provider, runtime).get("options", {}))
     if split_column(provider)[0] == "tensorrt":
         options["engine_cache"] = str(out / "cache" / "trt-engines" / runtime.id / provider)
     return options

@@ -237,7 +237,8 @@ def _feeds(sess: Any, ref: Any, probe: str) -> tuple[dict[str, np.ndarray], list
     return feeds, ignored
 
 
-def _outputs(ref: Any, probe: str) -> list[np.ndarray]:
+def reference_outputs(ref: Any, probe: str) -> list[np.ndarray]:
+    """torch's outputs of ``probe`` from reference.npz, in output order."""
     prefix = f"{probe}/out/"
     return [ref[k] for k in sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k.rsplit("/", 1)[1]))]
 
@@ -314,7 +315,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             if error is not None:
                 yield {"cell": _failed(cell, error, t1, Status.RUN_FAIL).to_dict()}
                 continue
-            want = _outputs(ref, probe)
+            want = reference_outputs(ref, probe)
             ok, stats = compare(want, outs, atol=rec.atol, rtol=rec.rtol)
             note = None
             if ignored:
@@ -461,6 +462,18 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     copies, call = "host", None
     if ep != _CPU and lat.get("iobinding", True):
         copies, call = "device", _bound_run(sess, feeds)
+    return timed(sess, feeds, lat, session_ms, copies, call)
+
+
+def timed(
+    sess: Any,
+    feeds: Mapping[str, np.ndarray],
+    lat: Mapping[str, Any],
+    session_ms: float,
+    copies: str,
+    call: Callable[[], Any] | None,
+) -> dict[str, Any]:
+    """:func:`time_runs`, as the latency record a worker returns (plus ``busy_seconds`` for the benchmark)."""
     t1 = time.perf_counter()
     sample, runs, stable = time_runs(sess, feeds, lat, call)
     busy = session_ms / 1e3 + time.perf_counter() - t1

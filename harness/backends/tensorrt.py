@@ -39,9 +39,10 @@ import numpy as np
 
 from harness import cache, localize
 from harness.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
+from harness.backends.onnxruntime import reference_outputs, timed
 from harness.compare import compare, describe
 from harness.matrix import split_column
-from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
+from harness.records import CellRecord, ExportRecord, Stage, Status, first_line
 
 _TRT: Any = None
 _CUDA: Any = None
@@ -418,11 +419,6 @@ def _feeds(ref: Any, probe: str, inputs: Sequence[str]) -> dict[str, np.ndarray]
     return {n: given[n] for n in inputs}
 
 
-def _outputs(ref: Any, probe: str) -> list[np.ndarray]:
-    prefix = f"{probe}/out/"
-    return [ref[k] for k in sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k.rsplit("/", 1)[1]))]
-
-
 def _graph_outputs(rec: ExportRecord, engine_outputs: Sequence[str]) -> list[str]:
     """The engine's outputs in the ONNX graph's order (the order of torch's outputs)."""
     order = [o["name"] for o in rec.graph.get("outputs", [])]
@@ -475,7 +471,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
         except Exception as exc:
             yield {"cell": _failed(cell, exc, t1, Status.RUN_FAIL).to_dict()}
             continue
-        want = _outputs(ref, probe)
+        want = reference_outputs(ref, probe)
         ok, stats = compare(want, outs, atol=rec.atol, rtol=rec.rtol)
         cell = cell.replace(stage=Stage.COMPARE, diff=stats, seconds=time.perf_counter() - t1)
         if not ok:
@@ -496,7 +492,6 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
     """Worker entry: serial latency of the ``example`` probe on the artifact's engine (from the cache)."""
-    from harness.backends.onnxruntime import time_runs
 
     art = Path(task["dir"])
     lat = task["latency"]
@@ -518,16 +513,4 @@ def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
 
     else:
         call = bound.run
-    t1 = time.perf_counter()
-    sample, runs, stable = time_runs(None, {}, lat, call)
-    ms = np.array(sample) * 1e3
-    return {"busy_seconds": session_ms / 1e3 + time.perf_counter() - t1} | Latency(
-        median_ms=float(np.median(ms)),
-        p90_ms=float(np.percentile(ms, 90)),
-        runs=runs,
-        warmup=lat["warmup"],
-        threads=lat["threads"],
-        session_ms=session_ms,
-        stable=stable,
-        copies="device" if device else "host",
-    ).to_dict()
+    return timed(None, {}, lat, session_ms, "device" if device else "host", call)
