@@ -22,7 +22,7 @@
 # GPU_CHECK_EXPORT_SECONDS, 180), less the report's 45 s. The cells run first without
 # latency; the latency pass comes after the second reference and is cut short when the budget ends:
 # the run stage appends each cell and each timing as it arrives, so a cut costs only what was left,
-# and the report shows what was measured. Without a GPU it still completes, in about a minute: every
+# and the report shows what was measured. Without a GPU it still completes, in about 80 s: every
 # GPU cell is `unavailable`, with the reason.
 set -uo pipefail
 cd "$(dirname "$0")/.."
