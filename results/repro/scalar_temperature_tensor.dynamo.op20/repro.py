@@ -34,7 +34,12 @@ ARTIFACT = 'scalar_temperature_tensor.dynamo.op20'
 ATOL = 0.0001
 RTOL = 0.001
 HERE = Path(__file__).resolve().parent
-PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+PROVIDERS = {
+    "cpu": ("CPUExecutionProvider", {}),
+    "cuda": ("CUDAExecutionProvider", {}),
+    "tensorrt": ("TensorrtExecutionProvider", {"trt_fp16_enable": False}),
+    "tensorrt-fp16": ("TensorrtExecutionProvider", {"trt_fp16_enable": True}),
+}
 DTYPES = {1: "f4", 2: "u1", 3: "i1", 4: "u2", 5: "i2", 6: "i4", 7: "i8", 9: "?", 10: "f2", 11: "f8", 12: "u4", 13: "u8", 14: "c8",
           15: "c16"}
 
@@ -133,7 +138,7 @@ def main():
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu", help="execution provider (default: cpu)")
     parser.add_argument("--disable-optimizations", action="store_true", help="ORT_DISABLE_ALL: is the graph optimizer to blame?")
     args = parser.parse_args()
-    ep = PROVIDERS[args.provider]
+    ep, options = PROVIDERS[args.provider]
     print(f"{ARTIFACT}: onnxruntime {ort.__version__}, numpy {np.__version__}, {ep}, atol {ATOL}, rtol {RTOL}")
     if ep not in ort.get_available_providers():
         print(f"UNAVAILABLE: {ep} is not in this onnxruntime ({', '.join(ort.get_available_providers())})")
@@ -143,7 +148,7 @@ def main():
     if args.disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        sess = ort.InferenceSession(str(HERE / "model.onnx"), sess_options=so, providers=[ep])
+        sess = ort.InferenceSession(str(HERE / "model.onnx"), sess_options=so, providers=[(ep, options)])
     except Exception as exc:
         print(f"LOAD-FAIL: {one_line(exc)}")
         return 1
