@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.published import runtime_order
+from harness.published import column_label, runtime_order
 from harness.records import CellRecord, ExportRecord, Status
 
 TEMPLATE = Path(__file__).with_name("page.html")
@@ -74,9 +74,18 @@ def _detail(c: CellRecord) -> dict[str, Any]:
 
 
 def _install(pin: str, constraints: Sequence[str]) -> tuple[str, ...]:
-    """What a reproducer needs: the runtime, its constraints, numpy."""
+    """What a reproducer needs: the runtime, its constraints, numpy (native TensorRT: Polygraphy's runner)."""
+    if pin.startswith("tensorrt=="):
+        return (pin, "polygraphy")
     has_numpy = any(c.replace(" ", "").startswith("numpy") for c in constraints)
     return (pin, *constraints, *(() if has_numpy else ("numpy",)))
+
+
+def _reproduce(pin: str, provider: str) -> str:
+    """The command after ``pip install``, with ``{repro}`` for the reproducer's folder."""
+    if pin.startswith("tensorrt=="):  # native TensorRT: onnxruntime cannot stand in for it
+        return "polygraphy run results/{repro}/model.onnx --trt" + (" --fp16" if provider.endswith("-fp16") else "")
+    return "python results/{repro}/repro.py" + ("" if provider == "cpu" else f" --provider {provider}")
 
 
 def data(
@@ -126,8 +135,9 @@ def data(
             {
                 "runtime": pin,
                 "provider": p,
-                "label": pin.split("==")[-1] + ("" if len(providers) == 1 else f" {p}"),
+                "label": column_label(pin, p, len(providers)),
                 "install": " ".join(f'"{req}"' for req in _install(pin, constraints.get(pin, ()))),
+                "reproduce": _reproduce(pin, p),
             }
             for pin, p in columns
         ],

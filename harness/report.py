@@ -36,7 +36,7 @@ from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
-from harness.published import CASES, runtime_key, shorten
+from harness.published import CASES, LABEL_PREFIX, column_label, runtime_key, shorten
 from harness.records import CellRecord, ExportRecord, Status, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
@@ -56,15 +56,8 @@ LEGEND = {
 }
 
 
-# A column's runtime label: the version for onnxruntime, prefixed for the other packages.
-_LABEL = {"onnxruntime": "", "onnxruntime-gpu": "gpu-", "tensorrt": "trt-"}
-
-
 def _column(cell: CellRecord, providers: int) -> str:
-    """``1.17.3``; with several providers ``1.17.3 cpu``, ``gpu-1.23.2 tensorrt-fp16``, ``trt-10.13.3.9 tensorrt``."""
-    package, _, version = cell.runtime.partition("==")
-    label = _LABEL.get(package, f"{package}-") + version
-    return label if providers == 1 else f"{label} {cell.provider}"
+    return column_label(cell.runtime, cell.provider, providers)
 
 
 def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRecord]]:
@@ -297,7 +290,7 @@ def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 def _runtime_order(columns: Iterable[str]) -> list[str]:
     """onnxruntime's columns oldest first, then onnxruntime-gpu's, then native TensorRT's."""
-    prefixes = [p.rstrip("-") for p in _LABEL.values()]
+    prefixes = [p.rstrip("-") for p in LABEL_PREFIX.values()]
 
     def key(c: str) -> tuple[Any, ...]:
         prefix, _, version = c.split()[0].rpartition("-")

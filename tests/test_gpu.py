@@ -433,3 +433,33 @@ def test_gather_on_the_command_line_says_one_line_and_exits_2(ran: Path, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.endswith(f"gathered 1 shards into {out / 'shards'}\n")
     assert [CellRecord.from_dict(c).status for c in _cells(shard_path(out, NEWEST, "cpu"))].count(Status.PASS) >= 1
+
+
+def test_page_columns_tell_the_packages_apart_and_reproduce_each_its_own_way(tmp_path: Path) -> None:
+    """onnxruntime 1.31.1's CPU column and onnxruntime-gpu 1.31.1's are two columns with two labels; a GPU
+    column's reproducer names its provider, a native TensorRT column's runs Polygraphy's TensorRT runner."""
+    from harness import page
+    from harness.run import load_artifacts
+
+    out = tmp_path / "build"
+    fault_corpus(out, only=["add_one"])
+    (rec,) = load_artifacts(out)
+    pins = [("onnxruntime==1.31.1", "cpu"), ("onnxruntime-gpu==1.31.1", "cpu"), ("onnxruntime-gpu==1.31.1", "tensorrt-fp16")]
+    pins.append((TRT.pin, "tensorrt-fp16"))
+    cells = [rec.cell(pin, provider, {}, probe="example") for pin, provider in pins]
+    legend = {s: s.value for s in Status}
+    data = page.data(cells, [rec], repros={}, constraints={}, environment={}, legend=legend, counts={})
+    columns = {(c["runtime"], c["provider"]): c for c in data["columns"]}
+    assert [c["label"] for c in data["columns"]] == [
+        "1.31.1 cpu",
+        "gpu-1.31.1 cpu",
+        "gpu-1.31.1 tensorrt-fp16",
+        f"trt-{TRT.version} tensorrt-fp16",
+    ]
+    assert columns[("onnxruntime==1.31.1", "cpu")]["reproduce"] == "python results/{repro}/repro.py"
+    assert columns[("onnxruntime-gpu==1.31.1", "tensorrt-fp16")]["reproduce"] == (
+        "python results/{repro}/repro.py --provider tensorrt-fp16"
+    )
+    native = columns[(TRT.pin, "tensorrt-fp16")]
+    assert native["reproduce"] == "polygraphy run results/{repro}/model.onnx --trt --fp16"
+    assert native["install"] == f'"{TRT.pin}" "polygraphy"'
