@@ -116,6 +116,13 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     cards = {r.case: r.card for r in exports}
     _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
+    runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
+    run_id = history.run_id(runs)
+    # Reporting a run again (the report's code changed, nothing else) is not the run: its wall time stays the one
+    # recorded when its cells were made, not the seconds this report took.
+    earlier = next((e for e in history.read(results / history.HISTORY) if e.get("run") == run_id), {})
+    if earlier.get("wall_seconds") is not None:
+        wall = earlier["wall_seconds"]
     manifest = json.loads((out / MANIFEST).read_text())
     export_stats = (cache.read_json(out / export_mod.STAMP) or {}).get("stats", {})
     runtimes_env = {}
@@ -146,9 +153,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         by_case.setdefault(c.case, []).append(c)
     verdicts = {r.case: _claims(r, by_case.get(r.case, []), newest) for r in exports}
 
-    runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     entry = history.summary(
-        run=history.run_id(runs),
+        run=run_id,
         date=history.finished(runs),
         environment=environment,
         counts=counts,

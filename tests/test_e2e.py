@@ -393,3 +393,16 @@ def test_the_second_reference_script_reproduces_torchs_reference_on_the_cpu(smok
     if not torch.cuda.is_available():
         proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 2 and proc.stderr.strip().endswith("sees no CUDA device; nothing to compare")
+
+
+def test_reporting_a_run_again_keeps_its_wall_time(smoke: dict, build: Path, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """A report redone on the same shards (its code changed, nothing else) is the same run: one history
+    line, and the wall time the run took, not the seconds the second report did."""
+    results = tmp_path / "results"
+    shutil.copytree(build / "results", results)
+    (before,) = [json.loads(line) for line in (results / "history.jsonl").read_text().splitlines()]
+    assert before["wall_seconds"] and before["wall_seconds"] > 1
+    build_report(build / "build", results, profile=load(ROOT / "matrix.toml").profile("smoke"), wall=0.5)
+    (after,) = [json.loads(line) for line in (results / "history.jsonl").read_text().splitlines()]
+    assert after == before
+    assert f"wall time {before['wall_seconds']:.0f} s" in (results / "README.md").read_text()
