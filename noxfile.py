@@ -172,7 +172,8 @@ def run(session: nox.Session, runtime: str) -> None:
         env["LD_LIBRARY_PATH"] = _gpu_library_path(session)
     else:
         if rt.gpu:  # the GPU columns will say why, cell by cell, as `unavailable`; the session succeeds
-            session.log(f"{why}: installing {' '.join(rt.requirements)} only, not {' '.join(rt.gpu_requirements) or rt.pin}")
+            skipped = [r for r in rt.gpu_install if r not in rt.requirements]
+            session.log(f"{why}: installing {' '.join(rt.requirements)} only, not {' '.join(skipped)}")
         session.install(*rt.requirements)
     _harness(session)
     extra = (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])

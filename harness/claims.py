@@ -36,6 +36,7 @@ def cells_for(claim: Mapping[str, Any], case: str, cells: Iterable[CellRecord], 
         for c in cells
         if c.case == case
         and c.runtime == runtime
+        and c.provider == claim.get("provider", "cpu")
         and c.opset == opset
         and claim.get("exporter") in (None, c.exporter)
         and claim.get("probe") in (None, c.probe)

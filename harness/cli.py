@@ -226,9 +226,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         runtime = matrix.runtime(args.runtime)
         providers = args.provider or list(profile.columns(runtime))
         offered = matrix_mod.PACKAGE_PROVIDERS[runtime.package]
+        allowed = matrix_mod.columns_of(runtime.package)
         for p in providers:
-            base, precision = matrix_mod.split_column(p)
-            if base not in offered or precision not in matrix_mod.PRECISIONS or (precision != "fp32" and base == "cuda"):
+            if p not in allowed:
                 raise HarnessError(
                     f"--provider {p!r} is not a column {runtime.pin} runs; use {', '.join(offered)}"
                     + (" (tensorrt-fp16 for fp16)" if "tensorrt" in offered else "")

@@ -50,6 +50,13 @@ def column(provider: str, precision: str = "fp32") -> str:
     return provider if precision == "fp32" else f"{provider}-{precision}"
 
 
+def columns_of(package: str) -> tuple[str, ...]:
+    """Every provider column a package can run: ``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
+    return tuple(
+        column(p, q) for p in PACKAGE_PROVIDERS[package] for q in (PRECISIONS if p in PRECISION_PROVIDERS else ("fp32",))
+    )
+
+
 def split_column(name: str) -> tuple[str, str]:
     """``tensorrt-fp16`` → ``("tensorrt", "fp16")``; ``cuda`` → ``("cuda", "fp32")``."""
     provider, _, precision = name.partition("-")
@@ -490,6 +497,12 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
                     f"{', '.join(PACKAGE_PROVIDERS[rt.package])}); add one to providers or drop the runtime",
                     "providers",
                 )
+        if precisions != ("fp32",) and not any(p in PRECISION_PROVIDERS for p in providers):
+            listed = ", ".join(PRECISION_PROVIDERS)
+            pp.fail(f"precisions apply to {listed} only, which providers does not list; add it or remove the key", "precisions")
+        for p in providers:
+            if not any(p in PACKAGE_PROVIDERS[rt.package] for rt in prof_runtimes):
+                pp.fail(f"no runtime of the profile offers provider {p!r}; add a runtime that does or remove it", "providers")
         exporters = pp.strings("exporters", list(EXPORTERS))
         for e in exporters:
             if e not in EXPORTERS:
@@ -537,5 +550,10 @@ def _provider_options(file: str, raw: dict[str, Any]) -> dict[str, dict[str, Any
         unknown = sorted(set(entry["native"]) - {"workspace_mib"})
         if unknown:
             rd.fail(f"unknown key(s) {', '.join(unknown)}; allowed: workspace_mib", "native")
+        workspace = entry["native"].get("workspace_mib", 1)
+        if isinstance(workspace, bool) or not isinstance(workspace, int) or workspace < 1:
+            rd.fail(f"workspace_mib must be a positive integer (MiB), got {workspace!r}", "native")
+        if "trt_fp16_enable" in entry["options"]:
+            rd.fail("trt_fp16_enable is set per column by the profile's precisions (tensorrt-fp16); remove it", "options")
         out[name] = entry
     return out

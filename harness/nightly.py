@@ -6,10 +6,12 @@ for ``onnxruntime-gpu`` and native TensorRT. ``harness gather`` merges the shard
 uploaded into the export's build folder, for ``harness report``.
 
 The gather is order-independent and idempotent: what it writes depends only on the set of shards it
-is given (each rewritten sorted and sealed, as the run stage writes it), so gathering again, or in
-another order, writes the same bytes. It refuses, with one line, a shard whose cells ran artifacts
-other than this export's (their model or reference hashes differ), a shard that fails its
-checksums, a shard that is not one of the profile's, and two different copies of one shard.
+is given (each rewritten sorted and sealed, as the run stage writes it; the profile's shards already
+in the build folder that it is not given are removed), so gathering again, or in another order,
+writes the same bytes. It refuses, with one line, a shard whose cells ran artifacts other than this
+export's (their model or reference hashes differ, or none of its artifacts is the export's), a shard
+that fails its checksums, a shard that is not one of the profile's or whose cells are another
+runtime's or provider's, and two different copies of one shard.
 
 Standard library only.
 """
@@ -80,11 +82,11 @@ def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[
             the profile does not have, two different copies of one shard, or no shard at all.
     """
     exports = {r.key.id: r for r in load_artifacts(out)}
-    expected = {shard_path(out, rt, column).name for rt, column in profile.shards()}
-    found = _shard_files(sources)
+    expected = {shard_path(out, rt, column).name: (rt.pin, column) for rt, column in profile.shards()}
+    found = {name: sorted(paths) for name, paths in _shard_files(sources).items()}
     if not found:
         raise HarnessError(f"gather: no shards (*.jsonl) under {', '.join(map(str, sources))}; did the run jobs upload any?")
-    strays = sorted(set(found) - expected)
+    strays = sorted(set(found) - set(expected))
     if strays:
         raise HarnessError(
             f"gather: {found[strays[0]][0]} is not a shard of profile {profile.name!r}; "
@@ -93,17 +95,20 @@ def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[
     (out / "shards").mkdir(parents=True, exist_ok=True)
     written = []
     for name in sorted(found):
-        copies = [_checked(path, exports) for path in found[name]]
+        copies = [_checked(path, exports, *expected[name]) for path in found[name]]
         first = copies[0]
         for path, other in zip(found[name][1:], copies[1:], strict=True):
             if _lines(other) != _lines(first):
                 raise HarnessError(f"gather: {found[name][0]} and {path} are two different runs of one shard; keep one of them")
         dest = out / "shards" / name
         write_shard(dest, first.values())
-        _stamp(found[name][0], dest)
+        _stamp(found[name], dest)
         written.append(dest)
         echo(f"gather: {name}: {len(first)} cells")
-    missing = sorted(expected - set(found))
+    missing = sorted(set(expected) - set(found))
+    for name in missing:  # an earlier gather's shard is not this gather's: the report must not read it
+        for stale in (out / "shards" / name, _stamp_of(out / "shards" / name)):
+            stale.unlink(missing_ok=True)
     if missing:
         echo(f"gather: no shard for {', '.join(missing)}: the report leaves those columns out")
     return written
@@ -113,14 +118,20 @@ def _lines(cells: dict[str, CellRecord]) -> set[str]:
     return {cache.seal(c.to_dict()) for c in cells.values()}
 
 
-def _checked(path: Path, exports: dict[str, Any]) -> dict[str, CellRecord]:
-    """A shard's cells, refused when a line fails its checksum or a cell ran an artifact that is not
-    the export's (cells of artifacts the export does not hold are dropped: the report ignores them)."""
+def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict[str, CellRecord]:
+    """A shard's cells, refused when a line fails its checksum, a cell is another runtime's or provider's
+    than the shard's name says, a cell ran an artifact that is not the export's, or none of its cells is
+    of this export (cells of artifacts the export does not hold are dropped: the report ignores them)."""
     cells, corrupt = _read_shard(path, sound=True)
     if corrupt:
         raise HarnessError(f"gather: {path}: {corrupt} line(s) fail their checksum; upload or download the shard again")
     keep: dict[str, CellRecord] = {}
     for key, c in cells.items():
+        if (c.runtime, c.provider) != (pin, column):
+            raise HarnessError(
+                f"gather: {path}: holds cells of {c.runtime} {c.provider}, not of {pin} {column} as its name says; "
+                "upload the run job's shards as it wrote them"
+            )
         if c.runtime_wide:
             keep[key] = c
             continue
@@ -134,17 +145,28 @@ def _checked(path: Path, exports: dict[str, Any]) -> dict[str, CellRecord]:
                 "rerun its run job on this export's artifacts"
             )
         keep[key] = c
+    if cells and not keep:
+        raise HarnessError(
+            f"gather: {path}: none of its {len(cells)} cells is of an artifact of this export; "
+            "gather it into the export its run job ran (same profile, cases and corpus)"
+        )
     return keep
 
 
-def _stamp(source: Path, dest: Path) -> None:
-    """The run job's stamp goes along when it describes exactly the shard written (the plan then
-    knows the shard is complete); otherwise none, and the plan reruns what is missing."""
-    src = source.with_name(source.name.removesuffix(".jsonl") + ".stamp.json")
-    dst = dest.with_name(dest.name.removesuffix(".jsonl") + ".stamp.json")
-    stamp = cache.read_json(src) if src.is_file() else None
-    if isinstance(stamp, dict) and stamp.get("sha256") == cache.sha256_file(dest):
-        if src.resolve() != dst.resolve():
-            shutil.copyfile(src, dst)
-    else:
-        dst.unlink(missing_ok=True)
+def _stamp_of(shard: Path) -> Path:
+    return shard.with_name(shard.name.removesuffix(".jsonl") + ".stamp.json")
+
+
+def _stamp(sources: Sequence[Path], dest: Path) -> None:
+    """A run job's stamp goes along when it describes exactly the shard written (the plan then knows
+    the shard is complete), from whichever copy has one; otherwise none, and the plan reruns what is
+    missing."""
+    dst, digest = _stamp_of(dest), cache.sha256_file(dest)
+    for source in sources:
+        src = _stamp_of(source)
+        stamp = cache.read_json(src) if src.is_file() else None
+        if isinstance(stamp, dict) and stamp.get("sha256") == digest:
+            if src.resolve() != dst.resolve():
+                shutil.copyfile(src, dst)
+            return
+    dst.unlink(missing_ok=True)

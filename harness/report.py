@@ -147,7 +147,9 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     providers = df["provider"].nunique()
     df["column"] = [_column(c, providers) for c in cells]
     counts = df["status"].value_counts().to_dict()
-    newest = max({c.runtime for c in cells}, key=lambda pin: version_tuple(pin.split("==")[-1]))
+    # Claims are about onnxruntime on the CPU: the newest CPU package (native TensorRT 10.x is not newer).
+    pins = {c.runtime for c in cells}
+    newest = max([p for p in pins if p.startswith("onnxruntime==")] or pins, key=lambda pin: version_tuple(pin.split("==")[-1]))
     by_case: dict[str, list[CellRecord]] = {}
     for c in cells:
         by_case.setdefault(c.case, []).append(c)

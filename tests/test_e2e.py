@@ -375,6 +375,10 @@ def test_a_matrix_with_gpu_runtimes_completes_here_with_every_gpu_cell_unavailab
     assert gpu_cpu and {r["status"] for r in gpu_cpu if r["case"] == "frozen_batch_fixed"} == {"pass"}
     readme = (tmp_path / "results-gpu" / "README.md").read_text()
     assert "- **trt-10.13.3.9 tensorrt-fp16** not measured here: · unavailable: TensorRT is not importable" in readme
+    # Claims are checked against the newest CPU onnxruntime, as in the smoke run: TensorRT 10.x is not "newer".
+    news = "not shown in this run"
+    assert readme.count(news) == (build / "results" / "README.md").read_text().count(news)
+    assert "tensorrt==10.13.3.9" not in readme.split("## Per case")[1].split("Across runtimes")[0]
 
 
 def test_the_second_reference_script_reproduces_torchs_reference_on_the_cpu(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]

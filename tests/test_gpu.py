@@ -118,12 +118,41 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
             'runtimes = ["onnxruntime-gpu==1.31.1", "tensorrt==10.13.3.9"]\nproviders = ["cuda"]',
             r"profiles\.gpu\.providers: tensorrt==10.13.3.9 offers none of the providers cuda \(it offers tensorrt\)",
         ),
+        (
+            'runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]\nproviders = ["cpu"]',
+            'runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]\nproviders = ["cpu"]\nprecisions = ["fp16"]',
+            r"profiles\.smoke\.precisions: precisions apply to tensorrt only, which providers does not list; add it",
+        ),
+        (
+            'runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]\nproviders = ["cpu"]',
+            'runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]\nproviders = ["cpu", "cuda"]',
+            r"profiles\.smoke\.providers: no runtime of the profile offers provider 'cuda'; add a runtime that does or remove it",
+        ),
+        (
+            "native = { workspace_mib = 4096 }",
+            'native = { workspace_mib = "lots" }',
+            r"providers\.tensorrt\.native: workspace_mib must be a positive integer \(MiB\), got 'lots'",
+        ),
+        (
+            "options = { trt_max_workspace_size",
+            "options = { trt_fp16_enable = true, trt_max_workspace_size",
+            r"providers\.tensorrt\.options: trt_fp16_enable is set per column by the profile's precisions",
+        ),
     ],
 )
 def test_gpu_settings_are_refused_with_one_line(tmp_path: Path, old: str, new: str, message: str) -> None:
     with pytest.raises(HarnessError, match=message) as info:
         load(_toml(tmp_path, old, new))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("column", ["cpu-fp16", "tensorrt-fp32", "cuda-", "cuda-fp16"])
+def test_run_refuses_a_column_that_does_not_exist(tmp_path: Path, column: str) -> None:
+    gpu = "onnxruntime-gpu==1.31.1"
+    cmd = [sys.executable, "-m", "harness", "run", "--out", str(tmp_path), "--runtime", gpu, "--provider", column]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"harness: error: --provider '{column}' is not a column {gpu} runs; use cpu, cuda, tensorrt")
 
 
 def test_run_refuses_a_column_the_runtime_does_not_run(tmp_path: Path) -> None:
@@ -412,6 +441,40 @@ def test_gather_refuses_damaged_stray_and_conflicting_shards(ran: Path, tmp_path
     empty.mkdir()
     with pytest.raises(HarnessError, match=r"^gather: no shards \(\*\.jsonl\) under .*empty; did the run jobs upload any\?$"):
         gather(out, _profile(), [empty], echo=lambda _: None)
+
+
+def test_gather_refuses_a_shard_of_another_export_or_another_column(ran: Path, tmp_path: Path) -> None:
+    """A shard whose every cell is of artifacts this export does not hold (another profile's opsets) would
+    gather as an empty column; a shard renamed to another column holds that column's cells under a lie."""
+    name = shard_path(ran, NEWEST, "cpu").name
+    cells = _cells(shard_path(ran, NEWEST, "cpu"))
+    out = _export_copy(ran, tmp_path / "build")
+    foreign = tmp_path / "foreign" / name
+    _write(foreign, [{**c, "opset": 99} for c in cells])
+    with pytest.raises(HarnessError, match=r"none of its 5 cells is of an artifact of this export; gather it into the export"):
+        gather(out, _profile(), [foreign], echo=lambda _: None)
+    renamed = tmp_path / "renamed" / shard_path(ran, MATRIX.runtime("1.31.1"), "cpu").name
+    _write(renamed, cells)
+    with pytest.raises(HarnessError, match=rf"holds cells of {NEWEST.pin} cpu, not of onnxruntime==1.31.1 cpu as its name says"):
+        gather(out, _profile(), [renamed], echo=lambda _: None)
+
+
+def test_gather_depends_only_on_the_shards_it_is_given(ran: Path, tmp_path: Path) -> None:
+    """A stamp comes along from whichever copy has one (in any order); a shard an earlier gather wrote,
+    which this one is not given, is removed rather than reported as if this run had it."""
+    out = _export_copy(ran, tmp_path / "build")
+    unstamped = tmp_path / "unstamped"
+    unstamped.mkdir()
+    shutil.copy(shard_path(ran, NEWEST, "cpu"), unstamped)
+    for order in ([ran / "shards", unstamped], [unstamped, ran / "shards"]):
+        gather(out, _profile(), order, echo=lambda _: None)
+        assert stamp_path(out, NEWEST, "cpu").read_bytes() == stamp_path(ran, NEWEST, "cpu").read_bytes()
+    earlier = shard_path(out, MATRIX.runtime("1.31.1"), "cpu")
+    shutil.copy(shard_path(ran, NEWEST, "cpu"), earlier)  # as if an earlier gather had written it
+    gather(out, _profile(), [ran / "shards"], echo=lambda _: None)
+    assert not earlier.exists()
+    kept = sorted(p.name for p in (out / "shards").iterdir())
+    assert kept == [shard_path(ran, NEWEST, "cpu").name, stamp_path(ran, NEWEST, "cpu").name]
 
 
 def test_gather_on_the_command_line_says_one_line_and_exits_2(ran: Path, tmp_path: Path) -> None:

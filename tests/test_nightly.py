@@ -206,12 +206,14 @@ def test_the_run_jobs_come_from_the_export_job(workflow: dict[str, Any]) -> None
     (shard,) = steps_using(workflow, "run", "actions/upload-artifact")
     assert shard["if"] == "always()", "a failing session still uploads what it wrote"
     assert shard["with"]["name"] == "shard-${{ matrix.id }}" and shard["with"]["path"] == "build/shards/"
+    (cache,) = steps_using(workflow, "run", "actions/cache")
+    assert cache["if"] == "${{ !matrix.gpu }}", "a GPU runtime's GBs of wheels stay out of the repository's 10 GB cache"
 
 
 def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     gather, deploy = workflow["jobs"]["gather"], workflow["jobs"]["deploy"]
     assert set(needs(workflow, "gather")) == {"export", "run"}
-    assert gather["if"] == "always() && needs.export.result == 'success'", "failed runtimes are published too"
+    assert gather["if"] == "${{ !cancelled() && needs.export.result == 'success' }}", "failed runtimes are published too"
     downloads = [s["with"] for s in steps_using(workflow, "gather", "actions/download-artifact")]
     assert downloads == [{"name": "export", "path": "build"}, {"pattern": "shard-*", "path": "incoming"}]
     order = [
@@ -226,7 +228,7 @@ def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     (pages,) = steps_using(workflow, "gather", "actions/upload-pages-artifact")
     assert pages["with"]["path"] == "site" and gather["steps"][-1] is pages
 
-    assert needs(workflow, "deploy") == ["gather"] and deploy["if"] == "always() && needs.gather.result == 'success'"
+    assert needs(workflow, "deploy") == ["gather"] and deploy["if"] == "${{ !cancelled() && needs.gather.result == 'success' }}"
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
     assert [s["uses"] for s in deploy["steps"]] == ["actions/deploy-pages@v4"]

@@ -32,6 +32,7 @@ import numpy as np
 
 from harness import localize
 from harness.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
+from harness.cache import digest, sha256_file
 from harness.compare import compare, describe
 from harness.matrix import PROVIDERS, split_column
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
@@ -64,7 +65,21 @@ def environment() -> dict[str, str]:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "gpu": gpu_model(),
+        **_gpu_libraries(),
     }
+
+
+def _gpu_libraries() -> dict[str, str]:
+    """onnxruntime-gpu's CUDA, cuDNN, cuBLAS and TensorRT wheels as installed (``gpu_requirements`` pins
+    ranges): a newer libnvinfer is another measurement, so it is in every cell's environment and key."""
+    from importlib.metadata import distributions
+
+    found = {}
+    for dist in distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith(("nvidia-", "tensorrt")):
+            found[name] = dist.version
+    return {"gpu_libraries": ", ".join(f"{k}=={v}" for k, v in sorted(found.items()))} if found else {}
 
 
 _LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
@@ -139,13 +154,24 @@ _PROVIDER_FAILURE = re.compile(
 )
 
 
+def engine_folder(path: Path, options: Mapping[str, Any] | None, kind: str) -> str:
+    """Where, under the run stage's TensorRT cache, the TensorRT provider keeps the engines of the model at
+    ``path``: by artifact, session kind, model content and options (onnxruntime names an engine by file and
+    tensor names only). Empty without a cache."""
+    if not options or not options.get("engine_cache") or not path.is_file():
+        return ""
+    content = digest(sha256_file(path), sorted((k, str(v)) for k, v in options.items() if k != "engine_cache"), kind)
+    return f"{path.parent.name}/{kind}-{content[:16]}"
+
+
 def session_providers(provider: str, options: Mapping[str, Any] | None = None, cache: str = "") -> list[Any]:
     """The ``providers`` argument of an InferenceSession for a column: the execution provider with
     matrix.toml's options (device 0). TensorRT gets its engine cache in a folder of its own per
-    artifact and session kind (``cache``, under the folder the run stage names: onnxruntime names a
-    cached engine by the model's file name and tensor names, not its weights, and every artifact is a
-    ``model.onnx``), and the CUDA provider after it, so nodes TensorRT refuses run on the GPU too (the
-    cell's placement shows the split). No timing cache: workers would write one file at once."""
+    artifact, session kind, model content and options (``cache``, under the folder the run stage names:
+    onnxruntime names a cached engine by the model's file name and tensor names, not its weights or the
+    build options, and every artifact is a ``model.onnx``), and the CUDA provider after it, so nodes
+    TensorRT refuses run on the GPU too (the cell's placement shows the split). No timing cache: the
+    workers would write one file at once."""
     base, _ = split_column(provider)
     ep = PROVIDERS[base]
     if base == "cpu":
@@ -171,7 +197,7 @@ def _session(
     profile: str | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> Any:
-    cache = f"{path.parent.name}/{'optimized' if optimize else 'unoptimized'}{'-' + path.stem if path.stem != 'model' else ''}"
+    cache = engine_folder(path, options, "optimized" if optimize else "unoptimized")
     so = _ORT.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -394,7 +420,7 @@ def _localize(
         feeds,
         atol=rec.atol,
         rtol=rec.rtol,
-        providers=session_providers(cell.provider, options, f"{art.name}/debug"),
+        providers=session_providers(cell.provider, options, engine_folder(art / localize.DEBUG_MODEL, options, "debug")),
         threads=threads,
         reuse=reuse.setdefault("debug", {}),
     )
