@@ -50,11 +50,14 @@ def column(provider: str, precision: str = "fp32") -> str:
     return provider if precision == "fp32" else f"{provider}-{precision}"
 
 
+def _columns(providers: Sequence[str], precisions: Sequence[str]) -> tuple[str, ...]:
+    """Each provider's columns in order, the precision providers once per precision."""
+    return tuple(column(p, q) for p in providers for q in (precisions if p in PRECISION_PROVIDERS else ("fp32",)))
+
+
 def columns_of(package: str) -> tuple[str, ...]:
     """Every provider column a package can run: ``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
-    return tuple(
-        column(p, q) for p in PACKAGE_PROVIDERS[package] for q in (PRECISIONS if p in PRECISION_PROVIDERS else ("fp32",))
-    )
+    return _columns(PACKAGE_PROVIDERS[package], PRECISIONS)
 
 
 def split_column(name: str) -> tuple[str, str]:
@@ -170,12 +173,7 @@ class Profile:
         """The provider columns ``runtime`` runs in this profile: the profile's providers its package
         offers, TensorRT once per precision (``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``)."""
         offered = PACKAGE_PROVIDERS[runtime.package]
-        out: list[str] = []
-        for p in self.providers:
-            if p not in offered:
-                continue
-            out.extend(column(p, q) for q in (self.precisions if p in PRECISION_PROVIDERS else ("fp32",)))
-        return tuple(out)
+        return _columns([p for p in self.providers if p in offered], self.precisions)
 
     def shards(self) -> list[tuple[Runtime, str]]:
         """Every (runtime, column) of the profile: one shard each."""
