@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from harness import plan  # noqa: E402
 from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
+from harness.export import requirements_of  # noqa: E402
 from harness.matrix import load  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -71,14 +73,16 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     ap.add_argument("--results", default=None)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--no-latency", action="store_true")  # run sessions: cells only (bench/gpu_check.sh times them later)
+    ap.add_argument("--with", dest="with_", action="append", default=[])  # a requirement for the export env, this run
     ns, rest = ap.parse_known_args(posargs)
     if rest:
         raise SystemExit(
             f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, "
-            "--force, --no-latency"
+            "--force, --no-latency, --with"
         )
     try:
         MATRIX.profile(ns.profile)
+        ns.requirements = requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
     if ns.results is None:  # the default profile is the published table; the others stay in the build folder
@@ -99,15 +103,17 @@ def _pip_find_links() -> str | None:
     return links or None
 
 
-def _install_torch(session: nox.Session) -> None:
-    """torch's CPU build, never the multi-GB CUDA build: a local wheel if pip has one, else PyTorch's CPU index."""
+def _install_torch(session: nox.Session, *requirements: str) -> None:
+    """torch's CPU build, never the multi-GB CUDA build: a local wheel if pip has one, else PyTorch's CPU index.
+    ``requirements`` are resolved together with that pin, so none of them can bring another torch."""
     pin = f"torch=={MATRIX.export.torch}+cpu"
     links = _pip_find_links()
     if links and any(Path(p).glob(f"torch-{MATRIX.export.torch}+cpu-*.whl") for p in links.split()):
-        session.install(pin, env={"UV_FIND_LINKS": links})
+        session.install(pin, *requirements, env={"UV_FIND_LINKS": links})
     else:
         session.install(
             pin,
+            *requirements,
             "--index-url",
             "https://download.pytorch.org/whl/cpu",
             "--extra-index-url",
@@ -143,18 +149,38 @@ def _common(ns: argparse.Namespace) -> list[str]:
     return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out]
 
 
+# Why the export of this `nox` invocation stopped, if it did: the run and report sessions it queued then
+# start nothing (no environment is created for an export that is not there).
+_STOPPED: list[str] = []
+
+
 @nox.session
 def export(session: nox.Session) -> None:
-    """Export every case × exporter × opset of the profile (torch env)."""
+    """Export every case × exporter × opset of the profile (torch env, plus the export requirements)."""
     ns = _options(session.posargs)
     _install_torch(session)
     session.install(*EXPORT_PKGS)
+    if ns.requirements:  # [export] requirements, --with, the corpus files' REQUIREMENTS: this env only, never a run env
+        _install_torch(session, *ns.requirements)
     _harness(session)
     corpus = [a for c in ns.corpus for a in ("--corpus", c)]
     corpus += ["--only-corpus"] if ns.only_corpus else []
     corpus += ["--cases", ns.cases] if ns.cases else []
     corpus += ["--force"] if ns.force else []
-    session.run("harness", "export", *_common(ns), *corpus, env={"PYTHONUTF8": "1"})
+    corpus += [a for r in ns.with_ for a in ("--with", r)]
+    started = time.time()
+    try:
+        session.run("harness", "export", *_common(ns), *corpus, env={"PYTHONUTF8": "1"})
+    except CommandFailed:
+        manifest = ROOT / ns.out / "manifest.json"
+        if not manifest.is_file() or manifest.stat().st_mtime < started:  # nothing exported: nothing to run
+            _STOPPED.append("the export stopped (see its error above)")
+        raise
+
+
+def _stopped(session: nox.Session) -> None:
+    if _STOPPED:
+        session.skip(f"{_STOPPED[0]}: not running {session.name}")
 
 
 @nox.session
@@ -163,6 +189,7 @@ def export(session: nox.Session) -> None:
 )
 def run(session: nox.Session, runtime: str) -> None:
     """Run the exported artifacts on one pinned runtime (no torch here)."""
+    _stopped(session)
     ns = _options(session.posargs)
     rt = MATRIX.runtime(runtime)
     env = {}
@@ -193,6 +220,7 @@ def _gpu_library_path(session: nox.Session) -> str:
 @nox.session
 def report(session: nox.Session) -> None:
     """Gather the shards into results/ (matrix.jsonl, README.md)."""
+    _stopped(session)
     ns = _options(session.posargs)
     session.install(*REPORT_PKGS)
     _harness(session)
@@ -219,6 +247,7 @@ def matrix(session: nox.Session) -> None:
         corpus=plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus),
         cases=cases,
         force=ns.force,
+        requirements=ns.requirements,
     )
     for line in todo.lines():
         session.log(line)

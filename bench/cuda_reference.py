@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.manual_seed(0)
                 with torch.no_grad():
                     got = [t.detach().cpu().numpy() for t in _flatten(model(*inputs), torch)]
-                ok, stats = compare(want, got, atol=rec.atol, rtol=rec.rtol)
+                ok, stats = compare(want, got, **rec.tolerance)
                 row.update(status="pass" if ok else "mismatch", max_abs=stats.max_abs)
                 row.update(mismatched=stats.mismatched, total=stats.total)
                 if not ok:

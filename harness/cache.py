@@ -21,6 +21,7 @@ Standard library only: the noxfile reads this module before any environment exis
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import enum
@@ -43,7 +44,7 @@ PACKAGE = Path(__file__).resolve().parent
 
 # Harness code an artifact's files depend on, and code a cell's verdict depends on: a change to any of
 # these files redoes what depends on it (the report's own code redoes only the report).
-EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "records.py", "compare.py", "cache.py")
+EXPORT_CODE = ("export.py", "corpus.py", "localize.py", "onnxfile.py", "records.py", "compare.py", "cache.py")
 RUN_CODE = (
     "run.py",
     "records.py",
@@ -68,6 +69,27 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def signature(path: str | os.PathLike[str]) -> list[int]:
+    """What changes whenever a file's bytes do: size, modification and change times, inode. A file whose
+    signature is the one recorded when its hash was last checked need not be read again (a store of real
+    models is gigabytes; a warm rerun checks it in milliseconds)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def verify(path: str | os.PathLike[str], sha: str, recorded: Iterable[int] | None = None) -> tuple[bool, list[int]]:
+    """Whether ``path`` holds the bytes whose SHA-256 is ``sha``, and its signature now. With the signature
+    ``recorded`` when it was last verified, an unchanged file is trusted without being read.
+
+    Raises:
+        OSError: the file is missing or unreadable.
+    """
+    now = signature(path)
+    if recorded is not None and list(recorded) == now:
+        return True, now
+    return sha256_file(path) == sha, now
 
 
 def digest(*parts: Any) -> str:
@@ -436,12 +458,20 @@ class ExportStore:
             return f"{entry / CACHE_INFO} is unreadable"
         if info.get("key") != key:
             return f"{entry / CACHE_INFO} names another key"
+        seen = dict(info.get("stat") or {})
+        changed = False
         for name, sha in info["files"].items():
             try:
-                if sha256_file(entry / name) != sha:
-                    return f"{entry / name} does not match its recorded SHA-256"
+                ok, now = verify(entry / name, sha, seen.get(name))
             except OSError:
                 return f"{entry / name} is missing"
+            if not ok:
+                return f"{entry / name} does not match its recorded SHA-256"
+            changed |= seen.get(name) != now
+            seen[name] = now
+        if changed:  # read and found whole: the next check need not read it again (best effort)
+            with contextlib.suppress(OSError):
+                write_json(entry / CACHE_INFO, {**info, "stat": seen})
         return None
 
     def begin(self, key: str) -> Path:
@@ -452,8 +482,10 @@ class ExportStore:
 
     def commit(self, key: str, artifact: str, tmp: Path) -> Path:
         """Record the hashes of ``tmp``'s files and move it into place as ``key``'s entry."""
-        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file() and p.name != CACHE_INFO}
-        info = {"key": key, "artifact": artifact, "files": files, "created": time.time()}
+        names = [p for p in sorted(tmp.iterdir()) if p.is_file() and p.name != CACHE_INFO]
+        files = {p.name: sha256_file(p) for p in names}
+        stat = {p.name: signature(p) for p in names}
+        info = {"key": key, "artifact": artifact, "files": files, "stat": stat, "created": time.time()}
         (tmp / CACHE_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         entry = self.entry(key)
         if entry.exists():  # an invalid entry being redone

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.matrix import Matrix
+from harness.records import first_line
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,17 @@ def _corpus_arg(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--only-corpus", action="store_true", help="use only the --corpus files, not matrix.toml's [corpus]")
     p.add_argument("--cases", default=None, metavar="A,B", help="only these cases (comma-separated names)")
+
+
+def _with_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--with",
+        dest="with_",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="a requirement the export environment was given for this run (nox -s matrix -- --with PKG installs it; repeatable)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,11 +62,26 @@ def parser() -> argparse.ArgumentParser:
     _corpus_arg(p)
     p.add_argument("--workers", type=int, default=None, help="export processes (default: [run] workers)")
     p.add_argument("--force", action="store_true", help="export everything again, ignoring the cache")
+    _with_arg(p)
 
     p = sub.add_parser("plan", help="say which stages a rerun of the profile would run, and why (runs nothing)")
     _common(p)
     _corpus_arg(p)
     p.add_argument("--results", default=None, help="the report's folder (default as for `report`)")
+    _with_arg(p)
+
+    p = sub.add_parser(
+        "reference",
+        help="record the reference runtime's value of every node of one probe (the run stage asks for it on demand)",
+        description="Export environment: runs ARTIFACT's model.debug.onnx on this onnxruntime (CPU, optimizations off) "
+        "for PROBE and writes every node's value to --out, as the run stage needs to localize a mismatch of a model "
+        "too large to record at export. Exit status 0 when written, 2 otherwise.",
+    )
+    p.add_argument("artifact", type=Path, help="the artifact folder (build/artifacts/<id>)")
+    p.add_argument("probe", help="the probe to record")
+    p.add_argument("--out", type=Path, required=True, help="the .npz to write")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds the reference pass may take")
+    p.add_argument("--runtime", default="", help="the export's reference runtime pin; refused if this environment holds another")
 
     p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
     _common(p)
@@ -154,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("recommend", "diff"):  # answers from published files alone: no matrix.toml needed
         return _answer(args)
+    if args.command == "reference":
+        return _reference(args)
     from harness import matrix as matrix_mod
 
     matrix = matrix_mod.load(args.matrix)
@@ -197,24 +226,29 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _problems(registry.problems)
     if args.command == "plan":
         from harness import plan
+        from harness.export import requirements_of
 
         results = Path(args.results) if args.results else profile.results(out)
-        todo = plan.plan(matrix, profile, out, results, corpus=_corpus(matrix, args), cases=_cases(args))
+        sources = _corpus(matrix, args)
+        reqs = requirements_of(matrix, args.with_, sources, root)
+        todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_cases(args), requirements=reqs)
         print("\n".join(todo.lines()))
         return 0
     if args.command == "export":
         from harness import export
 
         t0 = time.perf_counter()
+        sources = _corpus(matrix, args)
         records, problems = export.export_all(
             matrix,
             profile,
-            _corpus(matrix, args),
+            sources,
             out,
             root=root,
             workers=args.workers,
             cases=_cases(args),
             force=args.force,
+            requirements=export.requirements_of(matrix, args.with_, sources, root),
             echo_error=_error,
         )
         ok = sum(r.ok for r in records)
@@ -248,6 +282,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(summary)
         return 0
     raise AssertionError(args.command)
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from harness import localize
+    from harness.workers import die_with_parent
+
+    die_with_parent(os.getppid())  # asked by a run-stage worker: it goes when that worker goes
+    try:
+        meta = localize.record(args.artifact, args.probe, args.out, args.timeout, runtime=args.runtime)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise HarnessError(f"{args.artifact}: probe {args.probe!r}: {first_line(str(exc)) or type(exc).__name__}") from None
+    print(json.dumps(meta))
+    return 0
 
 
 def _answer(args: argparse.Namespace) -> int:

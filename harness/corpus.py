@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -105,6 +106,15 @@ class Case:
         atol: Absolute tolerance of the comparison with torch; None takes
             ``[tolerance]`` from matrix.toml.
         rtol: Relative tolerance; None likewise.
+        scaled: A floating output also matches when its largest error is
+            within this fraction of its largest magnitude
+            (``max|out - ref| <= scaled * max|ref|``, see :mod:`harness.compare`);
+            None takes ``[tolerance] scaled``, 0 compares element-wise only.
+        output_tolerance: Per-output overrides of ``atol``, ``rtol`` and
+            ``scaled``, by output index: ``{1: {"atol": 1e-2}}``.
+        export_timeout: Seconds this case's artifacts may take to build the
+            model, run torch on every probe and export; None takes
+            ``[export] timeout``.
         script: Export ``torch.jit.script(model)`` instead of the module.
         exporters: Exporters this case applies to; cells of the others are
             ``skipped`` with ``skip_reason``.
@@ -129,6 +139,9 @@ class Case:
     fixes: str | None = None
     atol: float | None = None
     rtol: float | None = None
+    scaled: float | None = None
+    output_tolerance: Mapping[int, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    export_timeout: float | None = None
     script: bool = False
     exporters: tuple[str, ...] = EXPORTERS
     skip_reason: str = ""
@@ -180,6 +193,10 @@ class Registry:
         self.problems: list[str] = []
         """One line per corpus problem (a module that fails to import, a bad case): those
         cases are left out and the rest run; the command exits non-zero at the end."""
+        self.import_failures: list[str] = []
+        """The problems that are a whole corpus file failing to import (also in :attr:`problems`): the
+        export stops on them, since none of the file's cases could run and a table without them would
+        not say so."""
 
     def add(self, case: Case) -> None:
         where = case.source_file or "<unknown file>"
@@ -193,6 +210,7 @@ class Registry:
             raise HarnessError(f"{where}: case {case.name!r}: unknown exporter(s) {sorted(unknown)}; use {list(EXPORTERS)}")
         for claim in case.claims:
             _check_claim(where, case, claim)
+        _check_tolerance(where, case)
         self._cases[case.name] = case
 
     def __iter__(self) -> Iterator[Case]:
@@ -209,6 +227,37 @@ class Registry:
 
     def names(self) -> list[str]:
         return list(self._cases)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _check_tolerance(where: str, case: Case) -> None:
+    """Tolerances are finite numbers >= 0 (a NaN bound would pass every comparison); per-output keys are
+    output indices and name only atol, rtol and scaled."""
+    for name in ("atol", "rtol", "scaled", "export_timeout"):
+        value = getattr(case, name)
+        if value is not None and not _number(value):
+            raise HarnessError(f"{where}: case {case.name!r}: {name} must be a finite number >= 0, got {value!r}")
+    if case.export_timeout is not None and case.export_timeout <= 0:
+        raise HarnessError(f"{where}: case {case.name!r}: export_timeout must be > 0 seconds, got {case.export_timeout!r}")
+    for index, own in dict(case.output_tolerance).items():
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise HarnessError(
+                f"{where}: case {case.name!r}: output_tolerance keys are output indices (0, 1, ...), got {index!r}"
+            )
+        if not isinstance(own, Mapping):
+            raise HarnessError(f"{where}: case {case.name!r}: output_tolerance[{index}] must be a dict such as {{'atol': 1e-2}}")
+        for key, value in own.items():
+            if key not in ("atol", "rtol", "scaled"):
+                raise HarnessError(
+                    f"{where}: case {case.name!r}: output_tolerance[{index}]: unknown key {key!r}; use atol, rtol, scaled"
+                )
+            if not _number(value):
+                raise HarnessError(
+                    f"{where}: case {case.name!r}: output_tolerance[{index}][{key!r}] must be a finite number >= 0, got {value!r}"
+                )
 
 
 def _check_claim(where: str, case: Case, claim: Claim) -> None:
@@ -269,12 +318,70 @@ def load(sources: Iterable[str], root: Path | None = None) -> Registry:
             _import(source, root)
         except HarnessError as exc:
             registry.problems.append(str(exc))
+            registry.import_failures.append(str(exc))
         except Exception as exc:  # the user's module: any error is theirs
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            registry.problems.append(f"corpus {source}: import failed: {type(exc).__name__}: {msg}")
+            line = f"corpus {source}: import failed: {type(exc).__name__}: {msg}"
+            if isinstance(exc, ModuleNotFoundError) and exc.name and not _is_local(exc.name, root):
+                line += "; " + missing_package_hint(exc.name.split(".")[0])
+            registry.problems.append(line)
+            registry.import_failures.append(line)
         finally:
             _loading, _loading_file, _loading_dir = None, "", ""
     return registry
+
+
+def missing_package_hint(module: str) -> str:
+    """How to put a missing package into the export environment (never a run environment)."""
+    return (
+        f"add the package that provides {module!r} to the export environment: `nox -s matrix -- --with {module}` "
+        f'for one run, REQUIREMENTS = ["{module}==..."] in the corpus file, or [export] requirements in matrix.toml'
+    )
+
+
+def _is_local(module: str, root: Path) -> bool:
+    """A module of the user's own tree (a typo in a local import), not a package to install."""
+    top = module.split(".")[0]
+    return (root / top).is_dir() or (root / f"{top}.py").is_file()
+
+
+REQUIREMENTS = "REQUIREMENTS"
+"""The module-level name under which a corpus file declares what its models need installed."""
+
+
+def declared_requirements(source: str, root: Path) -> tuple[str, ...]:
+    """A corpus file's ``REQUIREMENTS = ["transformers==5.24.0", ...]``, read without importing it (the
+    noxfile installs them into the export environment before anything there can import the file).
+
+    Raises:
+        HarnessError: ``REQUIREMENTS`` is not a literal list of requirement strings.
+    """
+    import ast
+
+    from harness.matrix import parse_requirements
+
+    path = source_file(source, root)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return ()  # importing it says what is wrong, in one line
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, expr = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, expr = [node.target], node.value
+        else:
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == REQUIREMENTS for t in targets):
+            continue
+        try:
+            value = ast.literal_eval(expr)
+        except ValueError:
+            value = None
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise HarnessError(f"{source}: {REQUIREMENTS} must be a literal list of strings such as [\"transformers==5.24.0\"]")
+        return parse_requirements(source, REQUIREMENTS, list(value))
+    return ()
 
 
 def source_file(source: str, root: Path) -> Path:

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,8 +36,9 @@ from harness import cache
 from harness import corpus as corpus_mod
 from harness.errors import HarnessError
 from harness.matrix import Matrix, Profile
+from harness.progress import Progress
 from harness.records import ArtifactKey, ExportRecord, first_line
-from harness.workers import run_tasks
+from harness.workers import MemoryGate, run_tasks
 
 MANIFEST = "manifest.json"
 
@@ -76,15 +78,82 @@ def versions() -> dict[str, str]:
     return out
 
 
-def export_one(task: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry: export one artifact, write its files, return its record."""
+# The phases of one export, as its worker announces them: what a timeout or a crash names.
+PHASES = {
+    "build": "building the model and its probes",
+    "torch": "running torch on the probes",
+    "export": "the {exporter} exporter",
+    "reference": "the reference runtime's pass",
+}
+
+
+def phase_words(phase: str, exporter: str) -> str:
+    return PHASES.get(phase, phase).format(exporter=exporter)
+
+
+def export_one(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Worker entry (a generator): export one artifact, write its files, yield its record last.
+
+    Yields ``{"phase": ..., "budget": seconds}`` as it enters each phase (the budget of building, torch's
+    outputs and the export together is the task's; the reference pass gets its own), so a worker killed by
+    a timeout or a crash is charged to the phase it was in; then ``{"record": ...}``. The record is also
+    written to ``export.json`` before the reference pass: a pass that never returns costs the
+    localization data, never the export.
+    """
     assert _REGISTRY is not None, "init_worker was not called"
     key = ArtifactKey(task["case"], task["exporter"], task["opset"])
     out_dir = Path(task["dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = dataclasses.replace(_export(_REGISTRY[key.case], key, out_dir), cache_key=task["key"])
-    write_json(out_dir / "export.json", record.to_dict())
-    return record.to_dict()
+    before = set(sys.modules)
+    for item in _export(_REGISTRY[key.case], key, out_dir, budget=float(task["timeout"]), cache_key=task["key"]):
+        if isinstance(item, ExportRecord):
+            record = dataclasses.replace(item, peak_rss_mib=_peak_rss_mib())
+            write_json(out_dir / "export.json", record.to_dict())
+            # What this process imported that the fork server had not: preloaded for the case next time.
+            imported = sorted(n for n in set(sys.modules) - before if _library_module(n))
+            yield {"record": record.to_dict(), "imported": imported}
+        else:
+            yield item
+
+
+def _library_module(name: str) -> bool:
+    """An installed package's module (not the user's or the harness's own files, which may change)."""
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    return not name.startswith("__") and (path is None or not cache.is_project_file(path))
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory and its children's (the reference pass), in MiB."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) / 1024, 1)  # KiB on Linux
+
+
+def base_record(case: corpus_mod.Case, key: ArtifactKey, settings: Mapping[str, Any], **fields: Any) -> ExportRecord:
+    """A record of ``key`` carrying what every record of the case carries (card, claims, tolerances,
+    versions) whatever became of the export: a crash or timeout record too, so that the report and
+    ``recommend --corpus`` know whose case it is."""
+    atol = case.atol if case.atol is not None else settings["atol"]
+    rtol = case.rtol if case.rtol is not None else settings["rtol"]
+    scaled = case.scaled if case.scaled is not None else settings.get("scaled")
+    fields.setdefault("ok", False)
+    fields.setdefault("seconds", 0.0)
+    return ExportRecord(
+        case=key.case,
+        exporter=key.exporter,
+        opset=key.opset,
+        atol=atol,
+        rtol=rtol,
+        scaled=scaled or None,
+        output_tolerance={str(i): dict(t) for i, t in sorted(dict(case.output_tolerance).items())},
+        versions=settings["versions"],
+        card=_card(case),
+        claims=tuple(c.to_dict() for c in case.claims),
+        **fields,
+    )
 
 
 def _to_numpy(value: Any) -> Any:
@@ -172,40 +241,31 @@ def _capture() -> Iterator[list[dict[str, str]]]:
     caught.sort(key=lambda w: w["category"] != "TracerWarning")
 
 
-def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRecord:
+def _export(
+    case: corpus_mod.Case, key: ArtifactKey, out_dir: Path, *, budget: float, cache_key: str | None = None
+) -> Iterator[dict[str, Any] | ExportRecord]:
+    """The export of one artifact, phase by phase (see :func:`export_one`); the record comes last."""
     import numpy as np
     import torch
 
     start = time.perf_counter()
-    atol = case.atol if case.atol is not None else _SETTINGS["atol"]
-    rtol = case.rtol if case.rtol is not None else _SETTINGS["rtol"]
-    base = dict(
-        case=key.case,
-        exporter=key.exporter,
-        opset=key.opset,
-        atol=atol,
-        rtol=rtol,
-        versions=_SETTINGS["versions"],
-        card=_card(case),
-        claims=tuple(c.to_dict() for c in case.claims),
-    )
-    for old in ("model.onnx", "reference.npz"):
+
+    def enter(phase: str) -> dict[str, Any]:
+        return {"phase": phase, "budget": max(1.0, budget - (time.perf_counter() - start))}
+
+    base = base_record(case, key, _SETTINGS, cache_key=cache_key)
+    for old in ("model.onnx", DATA, "reference.npz"):
         (out_dir / old).unlink(missing_ok=True)
 
     def fail(exc: BaseException, stage_note: str = "", **extra: Any) -> ExportRecord:
         message = f"{stage_note}{type(exc).__name__}: {exc}" if stage_note else str(exc)
         cls, line = _summarize(type(exc).__name__, message)
-        return ExportRecord(
-            ok=False,
-            seconds=time.perf_counter() - start,
-            error_class=cls,
-            error_line=line,
-            error=message[:20000],
-            **base,
-            **extra,
+        return dataclasses.replace(
+            base, seconds=time.perf_counter() - start, error_class=cls, error_line=line, error=message[:20000], **extra
         )
 
     # Build the model and torch's references for every probe.
+    yield enter("build")
     try:
         model = case.model()
         model.train(case.train_mode)
@@ -214,11 +274,13 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         for name, inputs in _batch_probes(case, example, _SETTINGS["batch_sizes"]).items():
             probes.setdefault(name, inputs)  # a probe the case declares wins over the automatic one
     except Exception as exc:
-        return fail(exc, _BUILD_FAILED)
+        yield fail(exc, _BUILD_FAILED)
+        return
+    timing: dict[str, float] = {"build": time.perf_counter() - start}
+    yield enter("torch")
     arrays: dict[str, Any] = {}
     probe_errors: dict[str, str] = {}
     n_outputs = 0
-    timing: dict[str, float] = {}
     for probe, inputs in probes.items():
         try:
             torch.manual_seed(0)
@@ -234,32 +296,36 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         n_outputs = len(outs)
     timing["torch"] = time.perf_counter() - start
     if "example" in probe_errors:
-        return fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors, timing=timing)
+        yield fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors, timing=timing)
+        return
     np.savez(out_dir / "reference.npz", **arrays)
-    base.update(
+    del arrays
+    base = dataclasses.replace(
+        base,
         probes=tuple(p for p in probes if p not in probe_errors),
         probe_errors=probe_errors,
         reference_sha256=sha256(out_dir / "reference.npz"),
     )
 
     if key.exporter not in case.exporters:
-        return ExportRecord(
-            ok=False,
-            seconds=0.0,
+        yield dataclasses.replace(
+            base,
             error_class="Skipped",
             error_line=case.skip_reason or f"case does not apply to the {key.exporter} exporter",
             timing=timing,
-            **base,
         )
+        return
 
     path = out_dir / "model.onnx"
     output_names = [f"out{i}" for i in range(n_outputs)]
     error: Exception | None = None
     program: Any = None
+    yield enter("export")
     t_export = time.perf_counter()
+    external = _weight_bytes(model) > _SETTINGS["external_data_mib"] * 2**20
     with _capture() as caught:  # filled when the block exits
         try:
-            program = _run_exporter(case, key, model, example, output_names, path)
+            program = _run_exporter(case, key, model, example, output_names, path, external=external)
         except Exception as exc:
             error = exc
     timing["export"] = time.perf_counter() - t_export
@@ -267,22 +333,55 @@ def _export(case: corpus_mod.Case, key: ArtifactKey, out_dir: Path) -> ExportRec
         error = RuntimeError("the exporter returned without writing a model")
     if error is not None:
         path.unlink(missing_ok=True)
-        return fail(error, warnings=tuple(caught), timing=timing)
+        (out_dir / DATA).unlink(missing_ok=True)
+        yield fail(error, warnings=tuple(caught), timing=timing)
+        return
+    del model
     seconds = time.perf_counter() - start
-    facts = _inspect(path)
-    ran = {p: v for p, v in probes.items() if p not in probe_errors}
-    t_reference = time.perf_counter()
-    reference = _reference(out_dir, ran, program, atol=atol, rtol=rtol)
-    timing["reference"] = time.perf_counter() - t_reference
-    return ExportRecord(
-        ok=True, seconds=seconds, warnings=tuple(caught), sha256=sha256(path), timing=timing, **facts, **reference, **base
+    data = out_dir / DATA
+    exported = dataclasses.replace(
+        base,
+        ok=True,
+        seconds=seconds,
+        warnings=tuple(caught),
+        sha256=sha256(path),
+        data_sha256=sha256(data) if data.exists() else None,
+        timing=timing,
+        reference_runtime=f"not recorded: {phase_words('reference', key.exporter)} did not finish",
+        **_inspect(path),
     )
+    write_json(out_dir / "export.json", exported.to_dict())  # the export stands whatever the reference pass does
+    ran = {p: v for p, v in probes.items() if p not in probe_errors}
+    yield {"phase": "reference", "budget": _SETTINGS["reference_timeout"] + 60}
+    t_reference = time.perf_counter()
+    reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
+    timing["reference"] = time.perf_counter() - t_reference
+    yield dataclasses.replace(exported, timing=timing, **reference)
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the module's parameters and buffers: what the exported model holds as initializers."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in (*model.parameters(), *model.buffers()):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def _run_exporter(
-    case: corpus_mod.Case, key: ArtifactKey, model: Any, example: Mapping[str, Any], output_names: list[str], path: Path
+    case: corpus_mod.Case,
+    key: ArtifactKey,
+    model: Any,
+    example: Mapping[str, Any],
+    output_names: list[str],
+    path: Path,
+    *,
+    external: bool = False,
 ) -> Any:
-    """Write ``path``; return the dynamo exporter's ONNXProgram (None for TorchScript)."""
+    """Write ``path`` (and, with ``external``, its weights as ``model.onnx.data`` beside it); return the
+    dynamo exporter's ONNXProgram (None for TorchScript)."""
     import torch
 
     args = tuple(example.values())
@@ -292,45 +391,78 @@ def _run_exporter(
     input_names = [n for n, v in example.items() if isinstance(v, torch.Tensor)]
     if case.script:
         model = torch.jit.script(model)
-    if key.exporter == "torchscript":
-        dynamic_axes: dict[str, Any] = {n: dict(d) for n, d in case.dynamic.items()}
-        torch.onnx.export(
-            model,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=key.opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes or None,
-        )
-        return None
-    else:
-        dyn = torch.export.Dim.DYNAMIC
-        shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
-        program = torch.onnx.export(
-            model,
-            args,
-            dynamo=True,
-            opset_version=key.opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_shapes=shapes if case.dynamic else None,
-            external_data=False,
-        )
-        if program is None:
-            raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
-        program.save(str(path), external_data=False)
-        return program
+    # Into a folder of its own: an exporter writing a large model may leave a file per tensor beside it.
+    scratch = path.parent / ".export"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    target = scratch / path.name
+    program = None
+    try:
+        if key.exporter == "torchscript":
+            dynamic_axes: dict[str, Any] = {n: dict(d) for n, d in case.dynamic.items()}
+            torch.onnx.export(
+                model,
+                args,
+                str(target),
+                dynamo=False,
+                opset_version=key.opset,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=dynamic_axes or None,
+            )
+        else:
+            dyn = torch.export.Dim.DYNAMIC
+            shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
+            program = torch.onnx.export(
+                model,
+                args,
+                dynamo=True,
+                opset_version=key.opset,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=shapes if case.dynamic else None,
+                external_data=external,
+            )
+            if program is None:
+                raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
+            program.save(str(target), external_data=external)
+        if not target.exists():
+            return program
+        written = sorted(p.name for p in scratch.iterdir())
+        if written == [path.name] and not external:
+            os.replace(target, path)
+        elif written == sorted([path.name, DATA]):  # the dynamo exporter's own layout (onnx-ir saves <name>.data)
+            os.replace(scratch / DATA, path.parent / DATA)
+            os.replace(target, path)
+        else:  # TorchScript: weights inline, or a file per tensor beyond 2 GiB
+            _one_data_file(target, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return program
+
+
+DATA = "model.onnx.data"
+"""The weights of a model saved with ONNX external data, beside ``model.onnx``."""
+
+
+def _one_data_file(src: Path, path: Path) -> None:
+    """Save the model at ``src`` (and whatever external data files it uses) as ``path`` with every
+    initializer of 1 KiB or more in one ``model.onnx.data``: the layout every later stage expects."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=True)
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=DATA, size_threshold=1024)
 
 
 def _inspect(path: Path) -> dict[str, Any]:
     """Checker verdict, actual opset, IR version and graph statistics."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the graph; the weights are not needed here
     try:
-        onnx.checker.check_model(model)
+        # A model with external data is checked from its file (its weights stay on disk, and one over 2 GiB
+        # cannot be checked in memory); one without, as it is.
+        onnx.checker.check_model(str(path) if (path.parent / DATA).exists() else model)
         checker = "ok"
     except Exception as exc:
         checker = first_line(str(exc)) or type(exc).__name__
@@ -358,12 +490,14 @@ def graph_stats(model: Any) -> dict[str, Any]:
 
 
 def _reference(
-    out_dir: Path, probes: Mapping[str, Mapping[str, Any]], program: Any, *, atol: float, rtol: float
+    out_dir: Path, probes: Mapping[str, Mapping[str, Any]], program: Any, *, tolerance: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Record what a mismatching cell is later compared with, node by node (:func:`harness.localize.prepare`):
-    ``model.debug.onnx``, ``nodes.json``, the reference runtime's ``intermediates.npz`` and, per probe,
-    where the graph itself already differs from torch (``localization.json``). The reference runs in a
-    forked child: a runtime that crashes or hangs on this model costs this record, not the export."""
+    ``model.debug.onnx`` (its weights are model.onnx's, referenced, not copied), ``nodes.json``, where the
+    graph itself already differs from torch per probe (``localization.json``) and, for a model within
+    ``[export] intermediates_mib``, the reference runtime's value of every node (``intermediates.npz``; a
+    larger model's are recorded on demand, one probe at a time, for a cell that mismatches). The reference
+    runs in a forked child: a runtime that crashes or hangs on this model costs this record, not the export."""
     from harness import localize
 
     pin = f"onnxruntime=={_SETTINGS['reference']}"
@@ -373,10 +507,10 @@ def _reference(
         info = localize.prepare(
             out_dir,
             probes,
-            atol=atol,
-            rtol=rtol,
+            **tolerance,
             exported_program=program.exported_program if program is not None else None,
             timeout=_SETTINGS["reference_timeout"],
+            budget=int(_SETTINGS["intermediates_mib"] * 2**20),
         )
     except Exception as exc:  # an exporter's odd graph costs the localization, never the artifact
         return {"reference_runtime": f"failed: {pin}: {type(exc).__name__}: {first_line(str(exc))}"}
@@ -423,26 +557,58 @@ print("\\n".join(sorted(set(sys.modules) - before)))
 """
 
 
-def _preload_modules(logs: Path) -> tuple[str, ...]:
-    """Modules a fresh export process would import lazily (about 800 for torch 2.13's dynamo exporter).
+class Preload:
+    """What the export's fork server imports before it forks a process per artifact, remembered per
+    environment (the same packages import the same modules, whatever ``--out`` is).
 
-    The fork server imports them once, so each artifact's fresh process starts
-    warm: a small dynamo export then takes about 1 s instead of 2 to 3 s. The
-    list is found by a probe export in a child process and cached per version.
+    - The modules a fresh export process would import lazily (about 800 for torch 2.13's dynamo
+      exporter), found once by a probe export in a child process: a small dynamo export then takes
+      about 1 s instead of 2 to 3 s.
+    - Per case, the modules its last export imported that the server had not (a corpus of
+      ``transformers`` models: ``transformers`` and its modeling modules, ~6 s each time otherwise):
+      only the cases of the run at hand add theirs, so a run without them imports nothing of them.
+
+    Importing a module changes no exported graph, so what is preloaded is not part of an export's key.
+    Kept in the environment itself (``<prefix>/harness-preload.json``), or under ``--out`` where the
+    environment is not writable.
     """
-    from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        key = "-".join(version(p) for p in ("torch", "onnx", "onnxscript"))
-    except PackageNotFoundError:
-        key = "unknown"
-    cache = logs / f"preload-{key}.txt"
-    if not cache.exists():
-        proc = subprocess.run([sys.executable, "-c", _PRELOAD_PROBE], capture_output=True, text=True, timeout=600)
-        names = proc.stdout.split() if proc.returncode == 0 else []
-        cache.write_text("\n".join(names))
-    modules = [n for n in cache.read_text().split() if not n.startswith("__")]
-    return ("torch", "torch.onnx", "onnx", "onnxscript", "onnxruntime", "numpy", "harness.export", "harness.localize", *modules)
+    def __init__(self, out: Path) -> None:
+        listing = cache.environment()["listing"] or "unknown"
+        own = Path(sys.prefix) / "harness-preload.json"
+        self.path = own if os.access(sys.prefix, os.W_OK) else out / "cache" / "preload.json"
+        data = cache.read_json(self.path)
+        if not isinstance(data, dict) or data.get("environment") != listing:
+            data = {"environment": listing, "probe": None, "cases": {}}
+        self.data: dict[str, Any] = data
+
+    def modules(self, cases: Sequence[str]) -> tuple[str, ...]:
+        if self.data.get("probe") is None:
+            proc = subprocess.run([sys.executable, "-c", _PRELOAD_PROBE], capture_output=True, text=True, timeout=600)
+            self.data["probe"] = proc.stdout.split() if proc.returncode == 0 else []
+            self.save()
+        learned = [m for c in cases for m in self.data["cases"].get(c, ())]
+        names = [n for n in (*self.data["probe"], *learned) if not n.startswith("__")]
+        base = ("torch", "torch.onnx", "onnx", "onnxscript", "onnxruntime", "numpy", "harness.export", "harness.localize")
+        return tuple(dict.fromkeys((*base, *names)))
+
+    def learn(self, case: str, imported: Sequence[str]) -> None:
+        """Remember what an export of ``case`` imported (top-level packages' modules, at most 4,000)."""
+        known = set(self.data["cases"].get(case, ()))
+        merged = sorted(known | set(imported))[:4000]
+        if merged != sorted(known):
+            self.data["cases"][case] = merged
+            self.dirty = True
+
+    def save(self) -> None:
+        self.dirty = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_json(self.path, self.data)
+        except OSError:
+            pass  # a cache: the next export probes again
+
+    dirty = False
 
 
 _BUILD_FAILED = "building the case failed: "
@@ -467,19 +633,40 @@ STAMP = "export.stamp.json"
 STORE = Path("cache") / "exports"
 
 
-def settings_of(matrix: Matrix) -> dict[str, Any]:
-    """The export settings an artifact's files depend on (besides its case and the versions)."""
+# Budgets, not inputs: an artifact exported within them is the same artifact whatever they are.
+BUDGETS = ("timeout", "reference_timeout")
+
+
+def settings_of(matrix: Matrix, requirements: Sequence[str] = ()) -> dict[str, Any]:
+    """The export settings an artifact's files depend on (besides its case and the versions), and its
+    budgets (:data:`BUDGETS`)."""
     return {
         "atol": matrix.atol,
         "rtol": matrix.rtol,
+        "scaled": matrix.scaled,
         "batch_sizes": list(matrix.batch_sizes),
         "reference": matrix.export.onnxruntime,
-        # A quarter of the export's own budget: a reference that hangs costs the localization, not the export.
-        "reference_timeout": matrix.run.timeout / 4,
+        "intermediates_mib": matrix.export.intermediates_mib,
+        "external_data_mib": matrix.export.external_data_mib,
+        "requirements": list(requirements),
+        "timeout": matrix.export.timeout,
+        "reference_timeout": matrix.export.reference_timeout,
     }
 
 
-def stamp_settings(matrix: Matrix, profile: Profile, corpus: Sequence[str], cases: Sequence[str] | None) -> dict[str, Any]:
+def requirements_of(matrix: Matrix, extra: Sequence[str], corpus: Sequence[str], root: Path) -> list[str]:
+    """What the export environment installs beyond the pins: ``[export] requirements``, then ``--with``,
+    then what each corpus file declares (``REQUIREMENTS = [...]``), each once."""
+    from harness.matrix import parse_requirements
+
+    declared = [r for source in corpus for r in corpus_mod.declared_requirements(source, root)]
+    given = parse_requirements("--with", "--with", list(extra))
+    return list(dict.fromkeys([*matrix.export.requirements, *given, *declared]))
+
+
+def stamp_settings(
+    matrix: Matrix, profile: Profile, corpus: Sequence[str], cases: Sequence[str] | None, requirements: Sequence[str] = ()
+) -> dict[str, Any]:
     """What decides which artifacts an export writes, from matrix.toml and the command line alone:
     :mod:`harness.plan` compares it with the last export's stamp without starting the environment."""
     reference = next(
@@ -487,8 +674,8 @@ def stamp_settings(matrix: Matrix, profile: Profile, corpus: Sequence[str], case
         [f"onnxruntime=={matrix.export.onnxruntime}"],
     )
     return {
-        "settings": settings_of(matrix),
-        "pins": dataclasses.asdict(matrix.export),
+        "settings": settings_of(matrix, requirements),
+        "pins": json.loads(json.dumps(dataclasses.asdict(matrix.export))),  # as the stamp reads it back (lists)
         "reference_requirements": reference,  # what the export session installs beside torch
         "exporters": list(profile.exporters),
         "opsets": list(profile.opsets),
@@ -505,7 +692,7 @@ def _cacheable(rec: ExportRecord) -> bool:
     """Whether the store may keep this export: not a crash or hang of the exporter, not the user's own
     code failing (a missing package or data file is fixed outside the case's source), not a reference
     pass that ran out of time."""
-    timed_out = "timed out" in (rec.reference_runtime or "")
+    timed_out = "not recorded" in (rec.reference_runtime or "")
     return rec.error_class not in _NOT_CACHED and not _user_error(rec) and not timed_out
 
 
@@ -519,6 +706,7 @@ def export_all(
     workers: int | None = None,
     cases: Sequence[str] | None = None,
     force: bool = False,
+    requirements: Sequence[str] = (),
     echo: Any = print,
     echo_error: Any = _stderr,
 ) -> tuple[list[ExportRecord], list[str]]:
@@ -526,11 +714,21 @@ def export_all(
     and the stamp; return the records and the corpus problems.
 
     An artifact is reused when its key (:func:`harness.cache.export_key`) has a whole entry in the
-    store (every file's hash checked); ``force`` exports everything again.
+    store (every file's hash checked); ``force`` exports everything again. ``requirements`` are what the
+    environment was given beyond the pins (:func:`requirements_of`): part of every key.
+
+    Raises:
+        HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
+            them would not say so), or ``cases`` names an unknown case.
     """
     t0 = time.perf_counter()
     (out / STAMP).unlink(missing_ok=True)  # until this export ends, no stage may count on the last one
-    registry = corpus_mod.load(corpus, root)  # problems are one line each; the other cases still export
+    loaded = set(sys.modules)
+    registry = corpus_mod.load(corpus, root)  # a bad case is one line; the other cases still export
+    if registry.import_failures:
+        (out / MANIFEST).unlink(missing_ok=True)  # no stage may run on the last export's list as if it were this one
+        lines = registry.import_failures
+        raise HarnessError(lines[0] if len(lines) == 1 else f"{len(lines)} corpus files fail to import: " + "; ".join(lines))
     for problem in registry.problems:
         echo_error(problem)
     keys = plan(registry, profile)
@@ -543,8 +741,8 @@ def export_all(
     art_dir.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     store = cache.ExportStore(out / STORE)
-    settings = {**settings_of(matrix), "versions": versions()}
-    key_settings = {k: v for k, v in settings.items() if k != "reference_timeout"}  # a budget, not an input
+    settings = {**settings_of(matrix, requirements), "versions": versions()}
+    key_settings = {k: v for k, v in settings.items() if k not in BUDGETS}
     # Every package of this environment, not only the pinned ones (the dynamo exporter runs onnx-ir, sympy, ...).
     key_settings["environment"] = cache.environment()["listing"]
     # The case's source: importing what its factories build (torch, in this environment) is part of it.
@@ -552,7 +750,7 @@ def export_all(
     sources = {name: cache.case_digest(registry[name], watched) for name in dict.fromkeys(k.case for k in keys)}
     address = {k.id: cache.export_key(sources[k.case], k.id, k.exporter, k.opset, key_settings) for k in keys}
     records: dict[str, ExportRecord] = {}
-    tasks = []
+    tasks: list[dict[str, Any]] = []
     for k in keys:
         why = "forced" if force else store.check(address[k.id])
         if why is None:
@@ -562,50 +760,59 @@ def export_all(
         if why not in ("forced", "not cached"):  # a damaged entry is said and redone, never used
             echo(f"export {k.id}: cache entry {why}: exporting again")
         tmp = store.begin(address[k.id])
-        tasks.append({"case": k.case, "exporter": k.exporter, "opset": k.opset, "dir": str(tmp), "key": address[k.id]})
+        budget = registry[k.case].export_timeout or matrix.export.timeout
+        task = {"case": k.case, "exporter": k.exporter, "opset": k.opset, "dir": str(tmp), "key": address[k.id]}
+        tasks.append({**task, "timeout": budget})
     echo(f"export: {len(keys)} artifacts, {len(keys) - len(tasks)} cached, {len(tasks)} to export")
     n = workers or matrix.run.worker_count
+    preload = Preload(out)
+    # What the corpus files imported when the parent loaded them is imported once by the fork server too.
+    corpus_modules = tuple(sorted(m for m in set(sys.modules) - loaded if _library_module(m)))
+    peaks = _known_peaks(store, {str(t["case"]) for t in tasks})
+    memory = MemoryGate(lambda task: peaks.get(task["case"], DEFAULT_EXPORT_MIB))
+    progress = Progress("export", len(tasks), echo, workers=n)
+    progress.expect(t["case"] for t in tasks)
+    phase: dict[str, str] = {}
+    begun: dict[str, float] = {}
     for outcome in run_tasks(
         "harness.export:export_one",
         tasks,
         workers=n,
-        timeout=matrix.run.timeout,
+        timeout=lambda task: task["timeout"],
         init="harness.export:init_worker",
         initargs=(list(corpus), str(root), settings),
         log=str(out / "logs" / "export.log"),
         fresh=True,  # exporters keep per-process caches: each artifact gets a clean process
-        preload=_preload_modules(out / "logs"),
+        preload=(*preload.modules(list(sources)), *corpus_modules),
+        admit=memory.admit,
+        heartbeat=(30.0, lambda running: progress.running((_artifact_id(t), s) for t, s in running)),
     ):
         key = ArtifactKey(outcome.task["case"], outcome.task["exporter"], outcome.task["opset"])
         tmp = Path(outcome.task["dir"])
-        if outcome.kind == "ok":
-            rec = ExportRecord.from_dict(outcome.value)
+        if outcome.kind == "item":
+            if "phase" in outcome.value:
+                phase[key.id] = outcome.value["phase"]
+                begun.setdefault(key.id, time.monotonic() - outcome.seconds)  # handed over, process start included
+                continue
+            rec = ExportRecord.from_dict(outcome.value["record"])
+            preload.learn(key.case, outcome.value.get("imported", ()))
+        elif outcome.kind == "ok":
+            continue  # the record came as the generator's last item
         else:
-            detail = outcome.value if isinstance(outcome.value, str) else f"{outcome.value[0]}: {outcome.value[1]}"
-            cls = {"crash": "ExporterCrash", "timeout": "ExporterTimeout"}.get(outcome.kind, "HarnessBug")
-            rec = ExportRecord(
-                key.case,
-                key.exporter,
-                key.opset,
-                ok=False,
-                seconds=outcome.seconds,
-                error_class=cls,
-                error_line=first_line(detail),
-                error=detail,
-                versions=settings["versions"],
-                cache_key=outcome.task["key"],
-            )
-            for old in tmp.iterdir():  # what the dead exporter left behind
-                old.unlink()
-            write_json(tmp / "export.json", rec.to_dict())
+            rec = _lost(outcome, key, registry[key.case], settings, phase.get(key.id, "build"), tmp)
         if not _cacheable(rec):
             store.place(tmp, art_dir / key.id)
         else:
             store.commit(outcome.task["key"], key.id, tmp)
             store.link(outcome.task["key"], art_dir / key.id)
         records[key.id] = rec
+        if rec.peak_rss_mib:
+            peaks[key.case] = max(peaks.get(key.case, 0.0), rec.peak_rss_mib)
         mark = "ok" if rec.ok else (rec.error_class or "fail")
-        echo(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s")
+        wall = time.monotonic() - begun.get(key.id, time.monotonic() - rec.seconds)
+        progress.done(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s", kind=key.case, seconds=wall)
+    if preload.dirty:
+        preload.save()
     broken: set[str] = set()
     for k in keys:
         rec = records[k.id]
@@ -618,12 +825,84 @@ def export_all(
         "artifacts": [k.id for k in keys],
         "versions": settings["versions"],
         "problems": registry.problems,
+        "requirements": list(requirements),
+        # The reference runtime's interpreter: the run stage asks it for a large model's node values on demand.
+        "reference_python": sys.executable,
     }
     write_json(out / MANIFEST, manifest)
     store.prune(address.values())
     done = [records[k.id] for k in keys]
-    _stamp(out, root, matrix, profile, corpus, cases, registry, done, watched, len(tasks), time.perf_counter() - t0)
+    _stamp(
+        out, root, matrix, profile, corpus, cases, registry, done, watched, len(tasks), time.perf_counter() - t0, requirements
+    )
     return [records[k.id] for k in keys], list(registry.problems)
+
+
+DEFAULT_EXPORT_MIB = 1024.0
+"""What an export of a case never exported before is expected to need (a gotcha takes ~600 MiB, most of
+it torch, shared with the fork server); once one of its artifacts is done, its measured peak counts."""
+
+
+def _known_peaks(store: cache.ExportStore, cases: set[str]) -> dict[str, float]:
+    """Each case's highest peak memory recorded by an earlier export of it in the store (any version)."""
+    peaks: dict[str, float] = {}
+    if not cases or not store.root.is_dir():
+        return peaks
+    for entry in store.root.iterdir():
+        info = cache.read_json(entry / cache.CACHE_INFO)
+        if not isinstance(info, dict) or str(info.get("artifact", "")).split(".")[0] not in cases:
+            continue
+        rec = cache.read_json(entry / "export.json")
+        peak = rec.get("peak_rss_mib") if isinstance(rec, dict) else None
+        if isinstance(peak, (int, float)):
+            case = rec["case"]
+            peaks[case] = max(peaks.get(case, 0.0), float(peak))
+    return peaks
+
+
+def _artifact_id(task: Mapping[str, Any]) -> str:
+    return ArtifactKey(task["case"], task["exporter"], task["opset"]).id
+
+
+def _lost(
+    outcome: Any, key: ArtifactKey, case: corpus_mod.Case, settings: Mapping[str, Any], phase: str, tmp: Path
+) -> ExportRecord:
+    """The record of an export whose process died or ran out of time in ``phase``. In the reference pass
+    the export itself stands (its record was written before the pass): only the localization data is
+    lost, and the record says why. Before that, nothing of it is kept."""
+    detail = outcome.value if isinstance(outcome.value, str) else f"{outcome.value[0]}: {outcome.value[1]}"
+    what = phase_words(phase, key.exporter)
+    written = cache.read_json(tmp / "export.json")
+    if phase == "reference" and isinstance(written, dict) and written.get("ok"):
+        from harness import localize
+
+        for name in (*localize.FILES, *localize.TEMPORARY):  # half-written localization data
+            (tmp / name).unlink(missing_ok=True)
+        rec = ExportRecord.from_dict(written)
+        if outcome.kind == "timeout":
+            why = f"{what} exceeded {settings['reference_timeout'] + 60:g} s ([export] reference_timeout)"
+        else:
+            why = f"{what} failed ({detail})"
+        rec = dataclasses.replace(rec, reference_runtime=f"failed: onnxruntime=={settings['reference']}: not recorded: {why}")
+        write_json(tmp / "export.json", rec.to_dict())
+        return rec
+    for old in tmp.iterdir():  # what the dead exporter left behind
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if outcome.kind == "timeout":
+        budget = case.export_timeout or settings["timeout"]
+        where = f"the case's export_timeout ({budget:g} s)" if case.export_timeout else f"[export] timeout ({budget:g} s)"
+        raise_it = "raise the case's export_timeout" if case.export_timeout else "raise [export] timeout in matrix.toml"
+        line = (
+            f"{what} did not finish within {where}, the budget of building the model, torch's outputs and the "
+            f"export together; {raise_it} (or set Case(export_timeout=...))"
+        )
+        cls = "ExporterTimeout"
+    else:
+        line = f"{detail} during {what}"
+        cls = "ExporterCrash" if outcome.kind == "crash" else "HarnessBug"
+    rec = base_record(case, key, settings, seconds=outcome.seconds, error_class=cls, error_line=first_line(line), error=line)
+    write_json(tmp / "export.json", rec.to_dict())
+    return rec
 
 
 def _stamp(
@@ -638,6 +917,7 @@ def _stamp(
     watched: set[str],
     exported: int,
     seconds: float,
+    requirements: Sequence[str] = (),
 ) -> None:
     """What this export read (files, settings, environment) and wrote, for :mod:`harness.plan`. It is
     ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
@@ -650,7 +930,7 @@ def _stamp(
     cache.write_json(
         out / STAMP,
         {
-            "inputs": stamp_settings(matrix, profile, corpus, cases),
+            "inputs": stamp_settings(matrix, profile, corpus, cases, requirements),
             "files": cache.project_files(extra),
             "globs": globs,
             "env": cache.environment(),

@@ -56,14 +56,14 @@ import json
 import operator
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.compare import compare, describe
-from harness.records import first_line
+from harness.compare import compare, describe, tolerance_of
+from harness.records import DiffStats, ExportRecord, first_line
 from harness.workers import die_with_parent
 
 if TYPE_CHECKING:
@@ -180,6 +180,55 @@ def debug_model(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[on
     return debug, nodes
 
 
+def reference_weights(model: onnx.ModelProto, path: str | Path, minimum: int = 1024) -> int:
+    """Point every initializer of ``model`` (loaded from ``path``) whose ``raw_data`` holds ``minimum``
+    bytes or more at those bytes in ``path`` itself, as ONNX external data (``location`` the file's name,
+    its ``offset`` and ``length``), instead of holding a copy: a model written from it next to ``path``
+    (the debug model) costs its graph, not another copy of the weights. Initializers already in external
+    data keep pointing where they point (``model.onnx.data``). Returns the bytes no longer held.
+
+    Raises:
+        ValueError: ``path``'s initializers do not line up with ``model``'s (it was not loaded from it).
+    """
+    import onnx
+
+    from harness.onnxfile import initializer_spans
+
+    spans = initializer_spans(path)
+    inits = model.graph.initializer
+    if len(spans) != len(inits):
+        raise ValueError(f"{path} holds {len(spans)} initializers, the model {len(inits)}")
+    moved = 0
+    for init, span in zip(inits, spans, strict=True):
+        if span is None or init.data_location == onnx.TensorProto.EXTERNAL or span[1] < minimum:
+            continue
+        if len(init.raw_data) != span[1]:
+            raise ValueError(f"initializer {init.name!r} does not match its bytes in {path}")
+        init.ClearField("raw_data")
+        init.data_location = onnx.TensorProto.EXTERNAL
+        del init.external_data[:]
+        for key, value in (("location", Path(path).name), ("offset", str(span[0])), ("length", str(span[1]))):
+            entry = init.external_data.add()
+            entry.key, entry.value = key, value
+        moved += span[1]
+    return moved
+
+
+def write_debug_model(art_dir: str | Path) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
+    """``model.debug.onnx`` and ``nodes.json`` beside ``model.onnx``: every node output exposed, the
+    weights referenced in ``model.onnx`` (or its ``model.onnx.data``), not copied. Returns the model as
+    loaded (its weights referenced, not held) and the nodes."""
+    import onnx
+
+    art = Path(art_dir)
+    model = onnx.load(str(art / "model.onnx"), load_external_data=False)
+    reference_weights(model, art / "model.onnx")
+    debug, nodes = debug_model(model)
+    onnx.save(debug, str(art / DEBUG_MODEL))
+    (art / NODES).write_text(json.dumps(nodes, indent=1) + "\n", encoding="utf-8")
+    return model, nodes
+
+
 def unreadable_outputs(session: Any) -> list[str]:
     """Outputs of an onnxruntime session that its Python API cannot return as numpy arrays."""
     return [o.name for o in session.get_outputs() if o.type not in _ORT_NUMPY_TYPES]
@@ -198,25 +247,59 @@ def run_values(session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
 
 
 def save_intermediates(path: str | Path, values: Mapping[str, Mapping[str, np.ndarray]]) -> None:
-    """Write ``{probe: {value name: array}}`` to one ``.npz``.
+    """Write ``{probe: {value name: array}}`` to one ``.npz`` (see :class:`IntermediatesWriter`)."""
+    with IntermediatesWriter(path) as writer:
+        for probe, named in values.items():
+            writer.add(probe, named)
 
-    Value names are kept in an index per probe (``<probe>/__names__``) and the
-    arrays stored by position (``<probe>/<i>``), so any name (with ``/``,
-    ``:``, ``.``) round-trips. Arrays numpy cannot save without pickling
-    (strings, objects) are left out.
+
+class IntermediatesWriter:
+    """One ``.npz`` of ``{probe: {value name: array}}``, written a probe at a time: each array goes to the
+    archive as it is added, so no more than one probe's values are ever held (a transformer's are
+    hundreds of MB a probe). Readable by ``np.load`` and :func:`load_intermediates`.
+
+    Value names are kept in an index per probe (``<probe>/__names__``) and the arrays stored by position
+    (``<probe>/<i>``), so any name (with ``/``, ``:``, ``.``) round-trips. Arrays numpy cannot save
+    without pickling (strings, objects) are left out. The file appears under its name only once it is
+    complete (written as ``<name>.tmp.npz``, then renamed); :meth:`abandon` removes the partial file.
     """
-    arrays: dict[str, np.ndarray] = {}
-    for probe, named in values.items():
+
+    def __init__(self, path: str | Path) -> None:
+        import zipfile
+
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp.npz")
+        self.zip = zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
+        self.bytes = 0
+
+    def add(self, probe: str, named: Mapping[str, np.ndarray]) -> int:
+        """Write one probe's values; returns the bytes written so far."""
         if "/" in probe:
             raise ValueError(f"probe name {probe!r} contains '/'")
         kept = [(n, np.asarray(v)) for n, v in named.items() if np.asarray(v).dtype.kind not in "OUSV"]
-        arrays[f"{probe}/{_NAMES}"] = np.array([n for n, _ in kept], dtype=str)
+        self._array(f"{probe}/{_NAMES}", np.array([n for n, _ in kept], dtype=str))
         for i, (_, v) in enumerate(kept):
-            arrays[f"{probe}/{i}"] = v
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)  # type: ignore[arg-type]
-    tmp.replace(path)
+            self._array(f"{probe}/{i}", v)
+        return self.bytes
+
+    def _array(self, name: str, array: np.ndarray) -> None:
+        with self.zip.open(f"{name}.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+        self.bytes += array.nbytes
+
+    def close(self) -> None:
+        self.zip.close()
+        self.tmp.replace(self.path)
+
+    def abandon(self) -> None:
+        self.zip.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> IntermediatesWriter:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        self.abandon() if kind is not None else self.close()
 
 
 def load_intermediates(path: str | Path, probe: str) -> dict[str, np.ndarray]:
@@ -229,13 +312,26 @@ def load_intermediates(path: str | Path, probe: str) -> dict[str, np.ndarray]:
         return {n: data[f"{probe}/{i}"] for i, n in enumerate(names)}
 
 
-def _compare_one(want: np.ndarray, got: np.ndarray, *, atol: float, rtol: float, loose_shape: bool = False) -> tuple[bool, str]:
+def _compare_one(
+    want: np.ndarray, got: np.ndarray, *, atol: float, rtol: float, scaled: float | None = None, loose_shape: bool = False
+) -> tuple[bool, str]:
     """Compare one value with :func:`harness.compare.compare`; ``want`` plays torch's part."""
+    ok, stats = _compare_value(want, got, atol=atol, rtol=rtol, scaled=scaled, loose_shape=loose_shape)
+    return ok, _value_words(stats)
+
+
+def _value_words(stats: DiffStats) -> str:
+    """:func:`harness.compare.describe` of one value (it says "output 0" of the only thing compared)."""
+    return describe(stats).replace("output 0: ", "").replace("output 0's", "its")
+
+
+def _compare_value(
+    want: np.ndarray, got: np.ndarray, *, atol: float, rtol: float, scaled: float | None = None, loose_shape: bool = False
+) -> tuple[bool, DiffStats]:
     want, got = np.asarray(want), np.asarray(got)
     if loose_shape and want.shape != got.shape and want.size == got.size and np.squeeze(want).shape == np.squeeze(got).shape:
         got = got.reshape(want.shape)  # () vs (1,): the same value, kept as an ONNX 1-d tensor
-    ok, stats = compare([want], [got], atol=atol, rtol=rtol)
-    return ok, describe(stats).replace("output 0: ", "")
+    return compare([want], [got], atol=atol, rtol=rtol, scaled=scaled)
 
 
 def first_divergence(
@@ -245,12 +341,16 @@ def first_divergence(
     *,
     atol: float,
     rtol: float,
+    scaled: float | None = None,
+    outputs: Any = None,
+    noise: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The first node, in graph order, one of whose outputs differs between ``got`` and ``want``.
 
     Only outputs present in both are compared, with :func:`harness.compare.compare`'s
-    rules: ``|got - want| <= atol + rtol * |want|``, NaN must meet NaN, inf an
-    inf of the same sign, and a shape or dtype difference counts.
+    rules: ``|got - want| <= atol + rtol * |want|`` or, for a floating value,
+    ``max|got - want| <= scaled * max|want|``; NaN must meet NaN, inf an inf of
+    the same sign, and a shape or dtype difference counts.
 
     Args:
         nodes: The debug model's nodes (:func:`debug_model`, ``nodes.json``).
@@ -258,6 +358,10 @@ def first_divergence(
         want: Values from the reference runtime.
         atol: Absolute tolerance.
         rtol: Relative tolerance.
+        scaled: The tolerance relative to each value's largest magnitude (None: element-wise only).
+        outputs: Per-output tolerances of the model's outputs: not used for node values.
+        noise: Filled, when given, with the first node whose value differs element-wise but only within
+            ``scaled`` (fp32 rounding): ``{"node", "op", "output", "index", "error"}``.
 
     Returns:
         ``{"node", "op", "output", "index", "detail"}`` (``detail`` in
@@ -270,13 +374,15 @@ def first_divergence(
         for name in node["outputs"]:
             if name not in got or name not in want:
                 continue
-            ok, detail = _compare_one(want[name], got[name], atol=atol, rtol=rtol)
-            if not ok:
-                detail = re.sub(r"\btorch\b", "reference", detail)  # describe() calls its reference side torch
-                found = {"node": node["name"], "op": node["op"], "output": name, "index": index, "detail": detail}
-                if "fx" in node:
-                    found["fx"] = node["fx"]
-                return found
+            ok, stats = _compare_value(want[name], got[name], atol=atol, rtol=rtol, scaled=scaled)
+            where = {"node": node["name"], "op": node["op"], "output": name, "index": index}
+            if "fx" in node:
+                where["fx"] = node["fx"]
+            if ok:
+                if noise is not None and not noise and stats.mismatched and stats.scaled_error is not None:
+                    noise.update(where, error=stats.scaled_error)
+                continue
+            return {**where, "detail": re.sub(r"\btorch\b", "reference", _value_words(stats))}  # describe() says torch
     return None
 
 
@@ -397,6 +503,8 @@ def torch_divergence(
     *,
     atol: float,
     rtol: float,
+    scaled: float | None = None,
+    outputs: Any = None,
     aliases: Mapping[str, str] | None = None,
     eager: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any] | None:
@@ -443,7 +551,7 @@ def torch_divergence(
         name = fx if fx in reference else alias.get(fx, fx)
         if name not in reference:
             continue
-        ok, detail = _compare_one(value, reference[name], atol=atol, rtol=rtol, loose_shape=True)
+        ok, detail = _compare_one(value, reference[name], atol=atol, rtol=rtol, scaled=scaled, loose_shape=True)
         if not ok:
             found = {"value": name, "target": targets[fx], "detail": detail}
             if name != fx:
@@ -452,7 +560,7 @@ def torch_divergence(
     if eager is not None:
         program_outs = [values.get(n) for n in outputs]
         if all(v is not None for v in program_outs):
-            ok, stats = compare(list(eager), program_outs, atol=atol, rtol=rtol)  # type: ignore[arg-type]
+            ok, stats = compare(list(eager), program_outs, atol=atol, rtol=rtol, scaled=scaled, outputs=outputs)  # type: ignore[arg-type]
             if not ok:
                 return {"capture": describe(stats).replace("torch", "eager").replace("runtime", "program")}
     return None
@@ -476,35 +584,52 @@ def reference_session(path: str | Path) -> Any:
 
 
 def _reference_values(
-    debug_path: str, feeds: Mapping[str, Mapping[str, np.ndarray]], out_path: str, plain: tuple[str, str] | None
+    debug_path: str,
+    feeds: Mapping[str, Mapping[str, np.ndarray]],
+    out_path: str,
+    plain: tuple[str, str] | None,
+    budget: int | None = None,
 ) -> dict[str, Any]:
-    try:
-        sess = reference_session(debug_path)
-    except Exception as exc:
-        return {"problem": f"cannot load the debug model: {type(exc).__name__}: {first_line(str(exc))}"}
-    values: dict[str, dict[str, np.ndarray]] = {}
     errors: dict[str, str] = {}
-    inputs = [i.name for i in sess.get_inputs()]
-    for probe, given in feeds.items():
-        try:
-            values[probe] = run_values(sess, {n: given[n] for n in inputs})
-        except Exception as exc:  # a probe the graph cannot run (a run-fail cell): no values for it
-            errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
-    save_intermediates(out_path, values)
-    if plain is not None:  # the model as it is, on the same reference: does exposing every value change it?
+    if plain is not None:  # the model as it is, on the same reference: does it differ from torch? does exposing every value?
         model_path, plain_out = plain
         try:
             psess = reference_session(model_path)
         except Exception as exc:
             return {"problem": f"cannot load the model: {type(exc).__name__}: {first_line(str(exc))}"}
         names = [o.name for o in psess.get_outputs()]
-        outs: dict[str, dict[str, np.ndarray]] = {}
+        with IntermediatesWriter(plain_out) as outs:
+            for probe, given in feeds.items():
+                try:
+                    run = psess.run(None, {i.name: given[i.name] for i in psess.get_inputs()})
+                    outs.add(probe, dict(zip(names, run, strict=True)))
+                except Exception as exc:
+                    errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
+        del psess
+    if budget == 0:
+        return {"problem": None, "errors": errors}
+    try:
+        sess = reference_session(debug_path)
+    except Exception as exc:
+        return {"problem": f"cannot load the debug model: {type(exc).__name__}: {first_line(str(exc))}"}
+    inputs = [i.name for i in sess.get_inputs()]
+    writer = IntermediatesWriter(out_path)
+    try:
         for probe, given in feeds.items():
             try:
-                outs[probe] = dict(zip(names, psess.run(None, {i.name: given[i.name] for i in psess.get_inputs()}), strict=True))
-            except Exception as exc:
+                values = run_values(sess, {n: given[n] for n in inputs})
+            except Exception as exc:  # a probe the graph cannot run (a run-fail cell): no values for it
                 errors.setdefault(probe, f"{type(exc).__name__}: {first_line(str(exc))}")
-        save_intermediates(plain_out, outs)
+                continue
+            if budget is not None and writer.bytes + sum(v.nbytes for v in values.values()) > budget:
+                writer.abandon()  # too large to keep for every probe: recorded on demand, for a probe that mismatches
+                return {"problem": None, "errors": errors, "over_budget": True}
+            writer.add(probe, values)
+            del values
+    except BaseException:
+        writer.abandon()
+        raise
+    writer.close()
     return {"problem": None, "errors": errors}
 
 
@@ -514,6 +639,7 @@ def run_reference(
     out_path: str | Path,
     timeout: float = 120.0,
     plain: tuple[str | Path, str | Path] | None = None,
+    budget: int | None = None,
 ) -> str | None:
     """Export stage: the reference runtime's values of every exposed output, per probe, into ``out_path``.
 
@@ -521,7 +647,8 @@ def run_reference(
     ``multiprocessing`` forbids children of), so an onnxruntime that crashes or
     hangs on this model costs the localization, not the export. A probe the
     reference cannot run gets no values (:func:`load_intermediates` returns
-    ``{}`` for it).
+    ``{}`` for it). Values are written a probe at a time; a child killed on the
+    way leaves no partial file behind.
 
     Args:
         debug_path: ``model.debug.onnx``.
@@ -529,10 +656,12 @@ def run_reference(
         out_path: Where to write ``intermediates.npz``.
         timeout: Seconds before the child is killed.
         plain: ``(model.onnx, where to write its outputs)``: the plain model's outputs per probe on the
-            same reference, in the same child (saved like the intermediates).
+            same reference, in the same child (saved like the intermediates), before the values.
+        budget: At most this many bytes of values; past it ``out_path`` is not written (the values are
+            recorded on demand). 0 runs the plain model only; None records every probe.
 
     Returns:
-        None when the values were written; otherwise why not, in one line.
+        None when the values were written (or were over ``budget``); otherwise why not, in one line.
     """
     import os
     import select
@@ -547,7 +676,7 @@ def run_reference(
             os.close(read)
             die_with_parent(parent)  # a killed export must not leave the runtime spinning
             paths = (str(plain[0]), str(plain[1])) if plain is not None else None
-            result = _reference_values(str(debug_path), feeds, str(out_path), paths)
+            result = _reference_values(str(debug_path), feeds, str(out_path), paths, budget)
             os.write(write, json.dumps(result).encode())
         except BaseException as exc:
             os.write(write, json.dumps({"problem": f"{type(exc).__name__}: {first_line(str(exc))}"}).encode())
@@ -573,8 +702,11 @@ def run_reference(
         if timed_out:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
+    if timed_out or os.WIFSIGNALED(status):  # what the dead child was writing
+        for partial in (Path(out_path), *([Path(plain[1])] if plain is not None else [])):
+            partial.with_name(partial.name + ".tmp.npz").unlink(missing_ok=True)
     if timed_out:
-        return f"the reference runtime timed out after {timeout:g} s"
+        return f"not recorded: the reference pass exceeded {timeout:g} s ([export] reference_timeout)"
     if os.WIFSIGNALED(status):
         return f"the reference runtime crashed ({signal.Signals(os.WTERMSIG(status)).name})"
     try:
@@ -586,12 +718,14 @@ def run_reference(
 
 def first_output_mismatch(
     nodes: Sequence[Mapping[str, Any]],
-    outputs: Sequence[str],
+    names: Sequence[str],
     got: Sequence[np.ndarray],
     want: Sequence[np.ndarray],
     *,
     atol: float,
     rtol: float,
+    scaled: float | None = None,
+    outputs: Any = None,
 ) -> str | None:
     """The first graph output that differs from torch's, and the node that computes it, in one line.
 
@@ -600,11 +734,13 @@ def first_output_mismatch(
 
     Args:
         nodes: :func:`debug_model`'s node list.
-        outputs: The graph's output names, in order.
+        names: The graph's output names, in order.
         got: The reference runtime's outputs, in that order.
         want: torch's outputs.
         atol: Absolute tolerance.
         rtol: Relative tolerance.
+        scaled: The tolerance relative to each output's largest magnitude.
+        outputs: Per-output tolerances, by index.
 
     Returns:
         ``"output out0 of node /Max (Max): 3/24 elements differ, ..."``, or None when all agree.
@@ -612,8 +748,9 @@ def first_output_mismatch(
     if len(got) != len(want):
         return f"the graph has {len(got)} outputs, torch {len(want)}"
     producers = {o: f"{n['name']} ({n['op']})" for n in nodes for o in n["outputs"]}
-    for name, out, ref in zip(outputs, got, want, strict=False):
-        ok, detail = _compare_one(ref, out, atol=atol, rtol=rtol)
+    for i, (name, out, ref) in enumerate(zip(names, got, want, strict=False)):
+        a, r, q = tolerance_of(i, atol, rtol, scaled, outputs)
+        ok, detail = _compare_one(ref, out, atol=a, rtol=r, scaled=q)
         if not ok:
             node = f" of node {producers[name]}" if name in producers else ""
             return f"output {name}{node}: {detail}"
@@ -645,22 +782,43 @@ def _torch_outputs(ref: Any, probe: str) -> list[np.ndarray]:
     return [ref[k] for k in keys]
 
 
+PLAIN_OUTPUTS = ".plain-outputs.npz"
+TORCH_SIDE = ".torch-side.npz"
+TEMPORARY = (PLAIN_OUTPUTS, TORCH_SIDE, *(f"{n}.tmp.npz" for n in (INTERMEDIATES, PLAIN_OUTPUTS, TORCH_SIDE)))
+"""What :func:`prepare` writes only while it runs (and a killed pass may leave): removed after it."""
+ON_DEMAND = "on demand"
+"""``localization.json``'s ``intermediates`` for a model whose node values were too large to record for
+every probe at export: the run stage has them recorded for a mismatching probe (:func:`on_demand`)."""
+
+
 def prepare(
     art_dir: str | Path,
     probes: Mapping[str, Mapping[str, Any]],
     *,
     atol: float,
     rtol: float,
+    scaled: float | None = None,
+    outputs: Any = None,
     exported_program: Any = None,
     timeout: float = 120.0,
+    budget: int | None = None,
 ) -> dict[str, Any]:
-    """Export stage, all of it: ``model.debug.onnx``, ``nodes.json``, ``intermediates.npz``, ``localization.json``.
+    """Export stage, all of it: ``model.debug.onnx``, ``nodes.json``, ``localization.json`` and, within
+    ``budget``, ``intermediates.npz``.
 
     Needs onnx and onnxruntime (the reference) and, for the torch side, torch.
-    The reference runs in a forked child (:func:`run_reference`), which also
-    runs the plain model once per probe, to tell whether the graph itself
-    differs from torch and whether exposing every value changed the result (``"unfaithful"``: fp16 chains that
-    onnxruntime otherwise runs in float32 between merged Casts).
+    The reference runs in a forked child (:func:`run_reference`): the plain
+    model once per probe, to tell whether the graph itself differs from torch,
+    then the debug model (every value exposed, its weights the model's own,
+    referenced) probe by probe, streamed into ``intermediates.npz``, as long as
+    the values stay within ``budget`` bytes. A larger model's values are not
+    kept (``"intermediates": "on demand"``): the run stage has the probe of a
+    cell that mismatches recorded then (:func:`on_demand`). A dynamo export
+    whose graph differs from torch on a probe still gets its torch-side
+    finding: that probe's values are recorded for the comparison and dropped.
+    Comparing a value exposed and unexposed tells whether exposing every value
+    changed the result (``"unfaithful"``: fp16 chains that onnxruntime
+    otherwise runs in float32 between merged Casts).
 
     Args:
         art_dir: The artifact folder (``model.onnx`` and ``reference.npz`` written).
@@ -669,61 +827,82 @@ def prepare(
             ``reference.npz``) are skipped.
         atol: The case's absolute tolerance.
         rtol: The case's relative tolerance.
+        scaled: The case's tolerance relative to an output's largest magnitude.
+        outputs: The case's per-output tolerances.
         exported_program: ``onnx_program.exported_program`` of a dynamo export;
             None for TorchScript (no torch-side localization).
-        timeout: Seconds the reference runtime may take.
+        timeout: Seconds the reference runtime may take (both passes together).
+        budget: Bytes of node values recorded for every probe at most; None: no limit. A model whose
+            weights alone exceed it is not run with every value exposed at all.
 
     Returns:
         What ``localization.json`` holds: ``{"error": None or why there are no
-        values, "exposed": n, "probes": {probe: {"reference": "ok" or how it
-        differs from torch, "where": the first differing output (graph side),
-        "torch": torch_divergence(...), "unfaithful": ..., "error": ...}},
-        "seconds": {...}}``.
+        values, "exposed": n, "intermediates": "recorded" or "on demand",
+        "probes": {probe: {"reference": "ok" or how it differs from torch,
+        "where": the first differing output (graph side), "torch":
+        torch_divergence(...), "unfaithful": ..., "error": ...}}, "seconds": {...}}``.
     """
-    import onnx
-
     art = Path(art_dir)
+    tol: dict[str, Any] = {"atol": atol, "rtol": rtol, "scaled": scaled, "outputs": outputs}
+    values_tol: dict[str, Any] = {"atol": atol, "rtol": rtol, "scaled": scaled}
     t0 = time.perf_counter()
-    model = onnx.load(str(art / "model.onnx"))
-    outputs = [o.name for o in model.graph.output]
-    debug, nodes = debug_model(model)
-    onnx.save(debug, str(art / DEBUG_MODEL))
-    (art / NODES).write_text(json.dumps(nodes, indent=1) + "\n", encoding="utf-8")
+    model, nodes = write_debug_model(art)
+    names = [o.name for o in model.graph.output]
     t1 = time.perf_counter()
     summary: dict[str, dict[str, Any]] = {}
-    info: dict[str, Any] = {"error": None, "exposed": len(debug.graph.output) - len(outputs), "probes": summary}
+    exposed = sum(len(n["outputs"]) for n in nodes)
+    info: dict[str, Any] = {"error": None, "exposed": exposed, "probes": summary}
     t_torch = 0.0
     with np.load(art / "reference.npz") as ref:
         ran = [p for p in probes if _torch_outputs(ref, p)]
         feeds = {p: _feeds(ref, p) for p in ran}
         eager = {p: _torch_outputs(ref, p) for p in ran}
-    plain_out = art / ".plain-outputs.npz"  # the plain model's outputs on the reference: read once, then removed
-    info["error"] = run_reference(art / DEBUG_MODEL, feeds, art / INTERMEDIATES, timeout, plain=(art / "model.onnx", plain_out))
+    weights = sum(f.stat().st_size for f in (art / "model.onnx", art / "model.onnx.data") if f.exists())
+    within = budget is None or weights <= budget
+    deadline = time.monotonic() + timeout
+    plain_files = (art / "model.onnx", art / PLAIN_OUTPUTS)
+    info["error"] = run_reference(
+        art / DEBUG_MODEL, feeds, art / INTERMEDIATES, timeout, plain=plain_files, budget=budget if within else 0
+    )
+    recorded = (art / INTERMEDIATES).exists()
+    info["intermediates"] = "recorded" if recorded else ON_DEMAND
+    differing = {}
+    for probe in ran if info["error"] is None else ():
+        plain = load_intermediates(art / PLAIN_OUTPUTS, probe)
+        if not plain:
+            summary[probe] = {"error": "the reference runtime cannot run this probe"}
+            continue
+        outs = [plain[o] for o in names]
+        ok, stats = compare(eager[probe], outs, **tol)
+        summary[probe] = {"reference": "ok" if ok else describe(stats)}
+        if not ok:
+            summary[probe]["where"] = first_output_mismatch(nodes, names, outs, eager[probe], **tol)
+            differing[probe] = outs
+    side = art / INTERMEDIATES
+    if not recorded and exported_program is not None and differing and info["error"] is None:
+        side = art / TORCH_SIDE  # the probes where the graph itself is wrong, for the torch-side finding only
+        left = max(1.0, deadline - time.monotonic())
+        info["error"] = run_reference(art / DEBUG_MODEL, {p: feeds[p] for p in differing}, side, left)
     aliases = fx_aliases(model)
     for probe in ran if info["error"] is None else ():
-        entry: dict[str, Any] = {}
-        summary[probe] = entry
-        values = load_intermediates(art / INTERMEDIATES, probe)
-        plain = load_intermediates(plain_out, probe)
-        if not values or not plain:
-            entry["error"] = "the reference runtime cannot run this probe"
+        entry = summary[probe]
+        values = load_intermediates(side, probe) if side.exists() else {}
+        if "error" in entry or not values:
+            if recorded and "error" not in entry:
+                entry["error"] = "the reference runtime cannot run this probe with every value exposed"
             continue
-        outs = [plain[o] for o in outputs]
-        ok, stats = compare(eager[probe], outs, atol=atol, rtol=rtol)
-        entry["reference"] = "ok" if ok else describe(stats)
-        same, diff = compare(outs, [values[o] for o in outputs if o in values], atol=atol, rtol=rtol)
+        plain_outs = differing.get(probe) or [load_intermediates(art / PLAIN_OUTPUTS, probe)[o] for o in names]
+        same, diff = compare(plain_outs, [values[o] for o in names if o in values], **tol)
         if not same:  # exposing the values changed the result
             entry["unfaithful"] = describe(diff).replace("torch", "model").replace("runtime", "debug model")
-        if ok:
-            continue
-        entry["where"] = first_output_mismatch(nodes, outputs, outs, eager[probe], atol=atol, rtol=rtol)
-        if exported_program is not None:
+        if probe in differing and exported_program is not None:
             t = time.perf_counter()
             entry["torch"] = torch_divergence(
-                exported_program, tuple(probes[probe].values()), values, atol=atol, rtol=rtol, aliases=aliases, eager=eager[probe]
+                exported_program, tuple(probes[probe].values()), values, **values_tol, aliases=aliases, eager=eager[probe]
             )
             t_torch += time.perf_counter() - t
-    plain_out.unlink(missing_ok=True)
+    for name in TEMPORARY:
+        (art / name).unlink(missing_ok=True)
     info["seconds"] = {
         "debug_model": round(t1 - t0, 4),
         "reference": round(time.perf_counter() - t1 - t_torch, 4),
@@ -737,6 +916,86 @@ def prepare(
     return info
 
 
+def record(art_dir: str | Path, probe: str, dest: str | Path, timeout: float, runtime: str = "") -> dict[str, Any]:
+    """Export environment, on demand: the reference runtime's value of every node of one probe into
+    ``dest`` (an ``intermediates.npz`` of that probe), and beside it ``<dest>.json`` with whether exposing
+    every value changed the model's outputs. What the run stage asks for when a cell of a model too large
+    to record at export mismatches (:func:`on_demand`).
+
+    Raises:
+        RuntimeError: The reference runtime here is not ``runtime`` (the export's), or it failed.
+    """
+    import onnxruntime
+
+    from harness.cache import write_json
+
+    if runtime and runtime != f"onnxruntime=={onnxruntime.__version__}":
+        raise RuntimeError(f"this environment holds onnxruntime {onnxruntime.__version__}, the export's reference was {runtime}")
+    art, dest = Path(art_dir), Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text(encoding="utf-8")))
+    with np.load(art / "reference.npz") as ref:
+        feeds = {probe: _feeds(ref, probe)}
+    plain = dest.with_name(dest.name + ".plain.npz")
+    problem = run_reference(art / DEBUG_MODEL, feeds, dest, timeout, plain=(art / "model.onnx", plain))
+    try:
+        if problem:
+            raise RuntimeError(problem)
+        values, outs = load_intermediates(dest, probe), load_intermediates(plain, probe)
+        meta: dict[str, Any] = {"probe": probe}
+        if not values or not outs:
+            meta["error"] = "the reference runtime cannot run this probe"
+        else:
+            same, diff = compare(list(outs.values()), [values[n] for n in outs if n in values], **rec.tolerance)
+            if not same:
+                meta["unfaithful"] = describe(diff).replace("torch", "model").replace("runtime", "debug model")
+        write_json(dest.with_name(dest.name + ".json"), meta)
+        return meta
+    finally:
+        plain.unlink(missing_ok=True)
+
+
+def on_demand(
+    art_dir: str | Path, probe: str, *, cache: str | Path, python: str | None, timeout: float, runtime: str = ""
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Run stage: the reference runtime's values of one probe of a large model, recorded once by the export
+    environment's interpreter (``python``, :func:`record`) and kept in ``cache``; ``({}, {"error": why})``
+    where they cannot be had (that interpreter is not on this machine, it failed)."""
+    import subprocess
+
+    dest = Path(cache) / f"{probe}.npz"
+    meta_path = dest.with_name(dest.name + ".json")
+    if not meta_path.exists():
+        if not python or not Path(python).exists():
+            where = f" ({python})" if python else ""
+            return {}, {
+                "error": f"not recorded: this model's node values are recorded on demand by the export environment's "
+                f"reference runtime{where}, which this machine lacks; run the stage where the export ran"
+            }
+        cmd = [python, "-m", "harness", "reference", str(art_dir), probe, "--out", str(dest), "--timeout", f"{timeout:g}"]
+        if runtime:
+            cmd += ["--runtime", runtime]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
+        except subprocess.TimeoutExpired:
+            _remove_partial(dest)
+            return {}, {"error": f"not recorded: the reference pass exceeded {timeout:g} s ([export] reference_timeout)"}
+        if proc.returncode != 0 or not meta_path.exists():
+            _remove_partial(dest)
+            said = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            return {}, {"error": f"not recorded: the reference pass failed: {said}"}
+    from harness.cache import read_json
+
+    meta = read_json(meta_path) or {}
+    return (load_intermediates(dest, probe) if dest.exists() else {}), meta
+
+
+def _remove_partial(dest: Path) -> None:
+    """What a killed :func:`record` leaves: its values half-written, the plain outputs it compared them with."""
+    for name in (f"{dest.name}.tmp.npz", f"{dest.name}.plain.npz", f"{dest.name}.plain.npz.tmp.npz"):
+        dest.with_name(name).unlink(missing_ok=True)
+
+
 def localize_cell(
     ort: Any,
     art_dir: str | Path,
@@ -745,9 +1004,12 @@ def localize_cell(
     *,
     atol: float,
     rtol: float,
+    scaled: float | None = None,
+    outputs: Any = None,
     providers: Sequence[str] = ("CPUExecutionProvider",),
     threads: int = 1,
     reuse: dict[str, Any] | None = None,
+    reference: Callable[[str], tuple[dict[str, np.ndarray], dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Run stage: where does a mismatching cell start? numpy and the given onnxruntime module only.
 
@@ -761,20 +1023,25 @@ def localize_cell(
         feeds: The probe's graph inputs.
         atol: The case's absolute tolerance.
         rtol: The case's relative tolerance.
+        scaled: The case's tolerance relative to a value's largest magnitude.
+        outputs: The case's per-output tolerances.
         providers: Execution providers, as the cell used them.
         threads: Intra-op threads.
         reuse: A dict kept across the probes of one artifact: its debug session and files are
             loaded once, however many of its probes mismatch.
+        reference: Where the probe's reference values come from when the export did not record them
+            (a large model): ``probe -> (values, {"unfaithful" or "error": ...})`` (:func:`on_demand`).
 
     Returns:
         A dict :func:`describe_localization` turns into one line, with any of:
         ``"runtime"`` (:func:`first_divergence`'s result: the first node whose
-        output differs from the reference runtime's); ``"graph"`` (the
-        reference runtime disagrees with torch as well, so the graph is wrong:
-        the first differing output) and ``"torch"`` (:func:`torch_divergence`'s
-        result from export time, dynamo only); ``"across_nodes"`` (the mismatch
-        goes away once every value is exposed: not one node's doing);
-        ``"error"`` (it could not run).
+        output differs from the reference runtime's); ``"noise"`` (the first
+        node before it that differs only within fp32 rounding); ``"graph"``
+        (the reference runtime disagrees with torch as well, so the graph is
+        wrong: the first differing output) and ``"torch"``
+        (:func:`torch_divergence`'s result from export time, dynamo only);
+        ``"across_nodes"`` (the mismatch goes away once every value is
+        exposed: not one node's doing); ``"error"`` (it could not run).
     """
     art = Path(art_dir)
     if not (art / NODES).exists() or not (art / DEBUG_MODEL).exists():
@@ -784,13 +1051,16 @@ def localize_cell(
         reuse["nodes"] = json.loads((art / NODES).read_text(encoding="utf-8"))
         reuse["meta"] = json.loads((art / LOCALIZATION).read_text(encoding="utf-8")) if (art / LOCALIZATION).exists() else {}
     nodes, meta = reuse["nodes"], reuse["meta"]
-    export_side = meta.get("probes", {}).get(probe, {})
+    export_side = dict(meta.get("probes", {}).get(probe, {}))
     out: dict[str, Any] = {}
     if export_side.get("reference", "ok") != "ok":
         out["graph"] = export_side.get("where") or export_side["reference"]
         if export_side.get("torch") is not None:
             out["torch"] = export_side["torch"]
     want = load_intermediates(art / INTERMEDIATES, probe) if (art / INTERMEDIATES).exists() else {}
+    if not want and meta.get("intermediates") == ON_DEMAND and reference is not None and "error" not in export_side:
+        want, found_meta = reference(probe)
+        export_side.update(found_meta)
     if not want:
         out["error"] = export_side.get("error") or meta.get("error") or f"no reference values for probe {probe!r}"
         return out
@@ -805,16 +1075,19 @@ def localize_cell(
     except Exception as exc:
         out["error"] = f"debug model: {type(exc).__name__}: {first_line(str(exc))}"
         return out
-    found = first_divergence(nodes, got, want, atol=atol, rtol=rtol)
+    noise: dict[str, Any] = {}
+    found = first_divergence(nodes, got, want, atol=atol, rtol=rtol, scaled=scaled, noise=noise)
     if found is not None:
         out["runtime"] = found
+    if noise and (found is None or noise["index"] < found["index"]):
+        out["noise"] = noise
     reproduced = True
     if (art / "reference.npz").exists():
         with np.load(art / "reference.npz") as ref:
             eager = _torch_outputs(ref, probe)
         finals = list(got.values())[: len(eager)]  # the graph outputs come first
         if eager and len(finals) == len(eager):
-            reproduced = not compare(eager, finals, atol=atol, rtol=rtol)[0]
+            reproduced = not compare(eager, finals, atol=atol, rtol=rtol, scaled=scaled, outputs=outputs)[0]
     if not reproduced or export_side.get("unfaithful") or (found is None and "graph" not in out):
         # The values disagree with torch only while they stay inside the runtime: exposing them changed the result.
         out["across_nodes"] = export_side.get("unfaithful") or "the debug model does not reproduce the mismatch"
@@ -834,6 +1107,13 @@ def describe_localization(loc: Mapping[str, Any] | None) -> str:
         fx = f" (FX {r['fx']})" if r.get("fx") else ""
         inside = ", inside its subgraph" if r["op"] in _SUBGRAPH_OPS else ""
         parts.append(f"starts at node {r['node']} ({r['op']}){fx}{inside}, output {r['output']!r}: {r['detail']}")
+    if "noise" in loc:
+        n = loc["noise"]
+        at = f"node {n['node']} ({n['op']}): error {n['error']:.2g} of its largest |value|"
+        if "runtime" in loc:
+            parts[-1] += f" (the nodes before it differ only within fp32 noise, the first at {at})"
+        else:
+            parts.append(f"every node is within fp32 noise of the reference (the first to differ at all: {at})")
     if "across_nodes" in loc:
         parts.append(
             "no single node: the mismatch goes away once every value is a graph output, so it comes from how the runtime "

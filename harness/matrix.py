@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -194,6 +195,22 @@ class ExportSettings:
     """The reference runtime installed in the export env (CPU, optimizations off): it records every
     node's value per probe, which a mismatching cell of any runtime is compared with. Default: the
     newest declared onnxruntime."""
+    requirements: tuple[str, ...] = ()
+    """More packages for the export environment only (never a run environment): what the corpus's
+    models need to be built (``transformers==5.24.0``). Installed beside the pinned torch, so a
+    requirement cannot replace it with another build."""
+    timeout: float = 600.0
+    """Seconds one artifact may take to build its model, compute torch's outputs on every probe and
+    export (a case's ``export_timeout`` overrides it); past it the artifact is ``timeout``, phase named."""
+    reference_timeout: float = 300.0
+    """Seconds the reference runtime's pass over an exported model may take; past it the export stands
+    and only its localization data is not recorded."""
+    intermediates_mib: float = 64.0
+    """At most this many MiB of every node's value are recorded at export; a larger model's values are
+    recorded on demand, one probe at a time, for the cells that mismatch."""
+    external_data_mib: float = 1536.0
+    """A model whose weights exceed this many MiB is saved as ``model.onnx`` plus ``model.onnx.data``
+    (ONNX external data): one protobuf file cannot exceed 2 GiB."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +253,8 @@ class Matrix:
     batch_sizes: tuple[int, ...]
     atol: float
     rtol: float
+    scaled: float
+    """``[tolerance] scaled``: a floating output also matches when ``max|out - ref| <= scaled * max|ref|``."""
     run: RunSettings
     latency: LatencySettings
     runtimes: tuple[Runtime, ...]
@@ -309,6 +328,8 @@ class _Reader:
 
     def number(self, key: str, default: float, *, minimum: float = 0, integer: bool = False) -> Any:
         value = self.get(key, int if integer else (int, float), default)
+        if not math.isfinite(value):  # nan passes every comparison, inf every bound: neither is a setting
+            self.fail(f"must be a finite number, got {value!r}", key)
         if value < minimum:
             self.fail(f"must be >= {minimum}, got {value!r}", key)
         return value
@@ -361,6 +382,35 @@ def parse_runtime(file: str, where: str, pin: str, constraints: tuple[str, ...] 
     return Runtime(pin=f"{package}=={version}", package=package, version=version, constraints=constraints)
 
 
+# A requirement as pip and uv take it: a name, optional extras, an optional version specifier.
+_REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?\s*((===|==|!=|~=|>=|<=|>|<)\s*[\w.*+!-]+\s*,?\s*)*$"
+)
+# Pinned by [export] itself: a requirement may not name them (torch must stay the CPU build matrix.toml pins).
+_EXPORT_PINNED = ("torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu")
+
+
+def requirement_name(requirement: str) -> str:
+    """``Transformers[torch]>=5`` → ``transformers`` (PEP 503 normalized)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~\s]", requirement.strip(), maxsplit=1)[0]).lower()
+
+
+def parse_requirements(file: str, where: str, requirements: Sequence[str]) -> tuple[str, ...]:
+    """Validate export requirements (``transformers==5.24.0``, ``timm>=1.0``): one line per problem."""
+    out = []
+    for req in requirements:
+        text = req.strip()
+        if not _REQUIREMENT.match(text):
+            raise HarnessError(f'{file}: {where}: {req!r} is not a requirement; write "name==version" (or a range)')
+        name = requirement_name(text)
+        if name in _EXPORT_PINNED:
+            raise HarnessError(
+                f"{file}: {where}: {name} is pinned by [export] itself; change [export] {name.split('-')[0]} instead"
+            )
+        out.append(text)
+    return tuple(dict.fromkeys(out))
+
+
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(abs(x - y) for x, y in zip(a, b, strict=False))
 
@@ -385,12 +435,27 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles")
 
     ex = _Reader(file, "export", top.get("export", dict, required=True))
-    ex.only("torch", "onnx", "onnxscript", "onnxruntime")
+    ex.only(
+        "torch",
+        "onnx",
+        "onnxscript",
+        "onnxruntime",
+        "requirements",
+        "timeout",
+        "reference_timeout",
+        "intermediates_mib",
+        "external_data_mib",
+    )
     export = ExportSettings(
         torch=ex.get("torch", str),
         onnx=ex.get("onnx", str),
         onnxscript=ex.get("onnxscript", str),
         onnxruntime=ex.get("onnxruntime", str, ""),
+        requirements=parse_requirements(file, "export.requirements", ex.strings("requirements", [], nonempty=False)),
+        timeout=float(ex.number("timeout", 600, minimum=1)),
+        reference_timeout=float(ex.number("reference_timeout", 300, minimum=1)),
+        intermediates_mib=float(ex.number("intermediates_mib", 64)),
+        external_data_mib=float(ex.number("external_data_mib", 1536)),
     )
     for key in ("torch", "onnx", "onnxscript", "onnxruntime"):
         if getattr(export, key) and len(version_tuple(getattr(export, key))) < 3:
@@ -409,8 +474,8 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         pr.fail("batch sizes must be >= 1", "batch_sizes")
 
     to = _Reader(file, "tolerance", top.get("tolerance", dict, {}))
-    to.only("atol", "rtol")
-    atol, rtol = to.number("atol", 1e-4), to.number("rtol", 1e-3)
+    to.only("atol", "rtol", "scaled")
+    atol, rtol, scaled = to.number("atol", 1e-4), to.number("rtol", 1e-3), to.number("scaled", 1e-5)
 
     ru = _Reader(file, "run", top.get("run", dict, {}))
     ru.only("timeout", "workers", "gpu_workers")
@@ -520,6 +585,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         batch_sizes=batch_sizes,
         atol=float(atol),
         rtol=float(rtol),
+        scaled=float(scaled),
         run=run,
         latency=latency,
         runtimes=tuple(runtimes),

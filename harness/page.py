@@ -67,6 +67,9 @@ def _detail(c: CellRecord) -> dict[str, Any]:
         )
         if d.shape_mismatch:
             diff["shape_mismatch"] = d.shape_mismatch
+        for key in ("scaled_error", "scaled_output", "scaled_limit"):
+            if getattr(d, key) is not None:
+                diff[key] = getattr(d, key)
         data["diff"] = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in diff.items()}
     if c.providers_used:
         data["providers"] = ", ".join(c.providers_used)

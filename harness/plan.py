@@ -81,12 +81,14 @@ def plan(
     corpus: Sequence[str],
     cases: Sequence[str] | None = None,
     force: bool = False,
+    requirements: Sequence[str] = (),
 ) -> Plan:
-    """What ``nox -s matrix`` must run for ``profile``."""
+    """What ``nox -s matrix`` must run for ``profile``; ``requirements`` are what the export environment
+    is given beyond its pins (:func:`harness.export.requirements_of`)."""
     if force:
         return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
     stamp = cache.read_json(out / export.STAMP)
-    export_why = _export_why(out, stamp, export.stamp_settings(matrix, profile, corpus, cases))
+    export_why = _export_why(out, stamp, export.stamp_settings(matrix, profile, corpus, cases, requirements))
     runs: dict[str, str | None] = {}
     for rt in profile.runtimes:
         if export_why is not None:
@@ -162,9 +164,11 @@ def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[
 
 def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
     """After the report: its inputs and the hash of every file now under ``results``."""
-    outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in sorted(results.rglob("*")) if p.is_file()}
+    files = [p for p in sorted(results.rglob("*")) if p.is_file()]
+    outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in files}
+    stat = {p.relative_to(results).as_posix(): cache.signature(p) for p in files}
     inputs = report_inputs(out, profile, results, builtin)
-    cache.write_json(out / REPORT_STAMP, {"inputs": inputs, "outputs": outputs, "env": cache.environment()})
+    cache.write_json(out / REPORT_STAMP, {"inputs": inputs, "outputs": outputs, "stat": stat, "env": cache.environment()})
 
 
 def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str | None:
@@ -175,8 +179,13 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         return f"its inputs changed since {results} was written"
     if (why := cache.environment_unchanged(stamp.get("env"))) is not None:
         return why
+    stat = stamp.get("stat") or {}
     for name, sha in stamp["outputs"].items():
         path = results / name
-        if not os.path.isfile(path) or cache.sha256_file(path) != sha:
+        try:
+            same = os.path.isfile(path) and cache.verify(path, sha, stat.get(name))[0]
+        except OSError:
+            same = False
+        if not same:
             return f"{path} differs from what the report wrote"
     return None

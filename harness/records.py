@@ -101,7 +101,8 @@ class DiffStats:
     max_rel: float | None
     """Largest ``|out - ref| / |ref|`` over finite elements with ``ref != 0``."""
     mismatched: int
-    """Elements outside ``atol + rtol * |ref|``, NaN/inf disagreements included."""
+    """Elements outside ``atol + rtol * |ref|``, NaN/inf disagreements included. On a passing probe it
+    may be above 0: an output whose error is within ``scaled`` of its scale passes (:mod:`harness.compare`)."""
     total: int
     """Elements compared."""
     nan_ref: int = 0
@@ -110,6 +111,13 @@ class DiffStats:
     inf_out: int = 0
     shape_mismatch: str | None = None
     """Set when an output's count, shape or dtype differs from torch's: says which and how."""
+    scaled_error: float | None = None
+    """``max|out - ref| / max|ref|`` of the worst floating output (of the failing ones, on a mismatch): the
+    error in units of the output's own scale; None when no floating output was compared."""
+    scaled_output: int | None = None
+    """Which output :attr:`scaled_error` is of."""
+    scaled_limit: float | None = None
+    """The ``scaled`` tolerance that output had (None: element-wise only)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -184,8 +192,18 @@ class ExportRecord:
     """Probes torch itself could not run, with torch's error: those cells are skipped."""
     atol: float = 1e-4
     rtol: float = 1e-3
+    scaled: float | None = None
+    """Bound on a floating output's ``max|out - ref| / max|ref|`` (:func:`harness.compare.compare`); None:
+    element-wise only."""
+    output_tolerance: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Per-output overrides of ``atol``, ``rtol`` and ``scaled``, by output index (``{"1": {"atol": 0.01}}``)."""
     sha256: str | None = None
     """Of model.onnx."""
+    data_sha256: str | None = None
+    """Of ``model.onnx.data``, the weights of a model saved with ONNX external data (one too large to be
+    one protobuf file, see ``[export] external_data_mib``); None when the weights are inside model.onnx."""
+    peak_rss_mib: float | None = None
+    """The export process's peak resident memory (MiB): what the next export of the case is scheduled by."""
     reference_sha256: str | None = None
     """Of reference.npz (probe inputs and torch's outputs)."""
     intermediates_sha256: str | None = None
@@ -217,13 +235,22 @@ class ExportRecord:
         probes and tolerance. A cell whose ``inputs`` equals it need not run again."""
         parts = (
             self.sha256,
+            self.data_sha256,
             self.reference_sha256,
             self.intermediates_sha256,
+            self.reference_runtime,
             ",".join(self.probes),
             repr(self.atol),
             repr(self.rtol),
+            repr(self.scaled),
+            sorted(self.output_tolerance.items()),
         )
         return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
+
+    @property
+    def tolerance(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`harness.compare.compare` for this artifact's outputs."""
+        return {"atol": self.atol, "rtol": self.rtol, "scaled": self.scaled, "outputs": self.output_tolerance}
 
     def cell(self, runtime: str, provider: str, env: dict[str, str], **fields: Any) -> CellRecord:
         """A cell of this artifact on ``runtime`` × ``provider``; ``fields`` set the rest (probe, status, ...)."""

@@ -36,7 +36,7 @@ from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
-from harness.published import CASES, LABEL_PREFIX, column_label, runtime_key, shorten
+from harness.published import CASES, LABEL_PREFIX, column_label, group_by, runtime_key, runtime_order, shorten, why, worst
 from harness.records import CellRecord, ExportRecord, Status, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
@@ -48,7 +48,8 @@ LEGEND = {
     Status.LOAD_FAIL: "the runtime refused the model when creating the session (opset, IR version, unknown op, invalid graph)",
     Status.RUN_FAIL: "the session loaded but `run` raised (shape, type or kernel error)",
     Status.CRASH: "the worker process died (signal) while running this probe (or creating its session)",
-    Status.TIMEOUT: "the probe gave no result within matrix.toml's [run] timeout and its worker was killed",
+    Status.TIMEOUT: "the probe gave no result within matrix.toml's [run] timeout and its worker was killed, "
+    "or the export ran past [export] timeout (the phase it was in is named)",
     Status.UNAVAILABLE: "the provider cannot run here (not in the package, its libraries do not load, no GPU), "
     "or the session silently fell back to another one",
     Status.ENV_ERROR: "the runtime environment itself is broken (e.g. it fails to import)",
@@ -113,7 +114,10 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
     repros = write_repros(out, results, cells, exports, constraints)
     _write_lines(results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
-    cards = {r.case: r.card for r in exports}
+    cards: dict[str, dict[str, str]] = {}
+    for r in exports:  # every record carries its case's card; one from before that rule may not
+        if r.card or r.case not in cards:
+            cards[r.case] = r.card or cards.get(r.case, {})
     _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
     runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
@@ -197,14 +201,83 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         + f" → {results} (open {results / 'index.html'})"
     )
-    mine = list(dict.fromkeys(r.case for r in exports if r.card.get("source_file") not in builtin))
+    mine = list(dict.fromkeys(r.case for r in exports if cards.get(r.case, {}).get("source_file") not in builtin))
     if mine:
-        cols = _runtime_order(df["column"])
-        summary += "\n\nYour cases:\n" + _summary(_fold_table(df[df["case"].isin(mine)]), cols, mine, links=False)
+        summary += "\n\n" + your_models(cells, mine, cards, providers)
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
     plan.write_report_stamp(out, profile, results, builtin)
     return summary
+
+
+def your_models(cells: list[CellRecord], mine: list[str], cards: Mapping[str, Mapping[str, str]], providers: int) -> str:
+    """The end of a ``--corpus`` run, in one screen: per model, the exporter and opset to ship on each
+    runtime (``recommend`` for that model alone), then what fails where, each failure once with the
+    opsets and runtimes it covers."""
+    columns = group_by((c for c in cells if c.case in mine), "runtime", "provider")
+    order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}
+    keys = sorted(columns, key=lambda k: (order[k[0]], k[1]))
+    labels = [column_label(pin, provider, providers) for pin, provider in keys]
+    files = sorted({cards.get(c, {}).get("source_file", "") for c in mine} - {""})
+    rows = []
+    for case in mine:
+        row = [case]
+        for pin, provider in keys:
+            try:
+                answer = recommend.recommend(cells, pin, provider, [case], case)
+            except HarnessError:
+                row.append("not measured")
+                continue
+            best = answer.best
+            if best is not None:
+                row.append(f"{best.exporter} {best.opset}")
+            elif answer.options:
+                closest = answer.options[0]
+                status = closest.failing[0][1].split(" ", 1)[0] if closest.failing else "?"
+                row.append(f"none (closest: {closest.exporter} {closest.opset}, {status})")
+            else:
+                row.append("none")
+        rows.append(row)
+    lines = [
+        f"Your models ({', '.join(files) or 'your corpus'}): the exporter and opset to ship on each runtime "
+        "(the highest opset at which every probe passes; `harness recommend --corpus FILE` says more)",
+        "",
+        tabulate(rows, headers=["model", *labels], tablefmt="github"),
+    ]
+    failures = _failures(cells, mine, providers)
+    if failures:
+        lines += ["", "What fails where:", *failures]
+    return "\n".join(lines)
+
+
+def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[str]:
+    """One line per model × exporter × failure (status and first error line), with the opsets and the
+    runtimes it holds on: ``bert: dynamo opsets 13-20 on 1.16.3: L load-fail: Unsupported model IR version …``."""
+    runtimes = runtime_order(c.runtime for c in cells if c.case in mine)
+    by: dict[tuple[str, str, str, str], dict[str, set[int]]] = {}
+    for (case, exporter, opset, pin, provider), group in group_by(
+        (c for c in cells if c.case in mine), "case", "exporter", "opset", "runtime", "provider"
+    ).items():
+        status = worst(group)
+        if status in (Status.PASS, Status.SKIPPED):
+            continue
+        reason = why(group)
+        label = column_label(pin, provider, providers)
+        by.setdefault((case, exporter, status.symbol, reason), {}).setdefault(label, set()).add(opset)
+    all_opsets = {c.opset for c in cells if c.case in mine}
+    labels = [column_label(p, q, providers) for p in runtimes for q in sorted({c.provider for c in cells if c.runtime == p})]
+    lines = []
+    for (case, exporter, symbol, reason), where in sorted(by.items(), key=lambda kv: (mine.index(kv[0][0]), kv[0][1])):
+        groups: dict[frozenset[int], list[str]] = {}
+        for label in labels:
+            if label in where:
+                groups.setdefault(frozenset(where[label]), []).append(label)
+        for opsets, at in groups.items():
+            listed = ", ".join(map(str, sorted(opsets)))
+            on = "every opset" if opsets == all_opsets else f"opset{'s' * (len(opsets) > 1)} {listed}"
+            runs = "every runtime" if len(at) == len(labels) > 1 else ", ".join(at)
+            lines.append(f"- {case}: {exporter} {on} on {runs}: {symbol} {reason}")
+    return lines
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -258,6 +331,9 @@ def _compact_diff(c: CellRecord) -> dict[str, Any] | None:
     data: dict[str, Any] = {"max_abs": _sig(d.max_abs), "max_rel": _sig(d.max_rel), "mismatched": d.mismatched, "total": d.total}
     extra = {"nan_ref": d.nan_ref, "nan_out": d.nan_out, "inf_ref": d.inf_ref, "inf_out": d.inf_out}
     data.update({k: v for k, v in extra.items() if v})
+    if d.scaled_error is not None:  # the error in units of the output's own scale, and the bound it had
+        data["scaled_error"] = _sig(d.scaled_error)
+        data.update({k: v for k, v in (("scaled_output", d.scaled_output), ("scaled_limit", d.scaled_limit)) if v is not None})
     if d.shape_mismatch:
         data["shape_mismatch"] = d.shape_mismatch
     return data
@@ -420,9 +496,9 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
             ]
         )
     answered = {(a.runtime, a.provider) for a in answers}
-    for (runtime, provider), why in sorted(unmeasured.items(), key=lambda kv: (runtime_key(kv[0][0]), kv[0][1])):
+    for (runtime, provider), reason in sorted(unmeasured.items(), key=lambda kv: (runtime_key(kv[0][0]), kv[0][1])):
         if (runtime, provider) not in answered:
-            rows.append([runtime, provider, f"not measured here ({_md_escape(shorten(why, 140))})", *("" for _ in exporters)])
+            rows.append([runtime, provider, f"not measured here ({_md_escape(shorten(reason, 140))})", *("" for _ in exporters)])
     count, _, kinds = answers[0].selection.split(" (")[0].partition(": ")
     return [
         "## Newest safe opset per runtime",
@@ -633,6 +709,15 @@ def _case_section(
     torch_failed = {p: e for r in exports for p, e in r.probe_errors.items()}
     for probe, error in sorted(torch_failed.items()):
         lines += [f"Torch itself fails on probe `{probe}` (no cells for it): {_md_escape(error)}", ""]
+
+    # The reference pass that records what a mismatch is localized with: where it did not finish, said once per reason.
+    unrecorded: dict[str, list[str]] = {}
+    for r in sorted(exports, key=lambda r: (r.exporter, r.opset)):
+        said = r.reference_runtime or ""
+        if r.ok and said.startswith("failed:"):
+            unrecorded.setdefault(said.split(": ", 2)[-1], []).append(f"{r.exporter} opset {r.opset}")
+    for reason, where in unrecorded.items():
+        lines += [f"Localization data not recorded for {', '.join(where)}: {_md_escape(reason)}", ""]
 
     warned = [(r, w) for r in exports for w in r.warnings if w["category"] == "TracerWarning"]
     if warned:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.onnxfile import strip_weights, write_zeros
 from harness.published import runtime_key
 from harness.records import CellRecord, ExportRecord, Status
 
@@ -132,6 +133,8 @@ import onnxruntime as ort
 ARTIFACT = __ARTIFACT__
 ATOL = __ATOL__
 RTOL = __RTOL__
+SCALED = __SCALED__  # a floating output also passes when max|out - ref| <= SCALED * max|ref| (None: element-wise only)
+OUTPUTS = __OUTPUTS__  # per-output overrides of atol, rtol, scaled, by output index
 HERE = Path(__file__).resolve().parent
 PROVIDERS = {
     "cpu": ("CPUExecutionProvider", {}),
@@ -195,17 +198,21 @@ def as_real(x):
 
 
 def compare(refs, outs):
-    """None when within |out - ref| <= ATOL + RTOL * |ref| (NaN meets NaN, inf meets inf of its sign), else why not."""
+    """None when every output matches, else why not. An output matches when every element is within
+    |out - ref| <= atol + rtol * |ref|, or (a floating output) when max|out - ref| <= scaled * max|ref|;
+    NaN must meet NaN and inf an inf of its sign whatever the tolerance."""
     if len(refs) != len(outs):
         return f"{len(outs)} outputs, expected {len(refs)}"
     bad = total = 0
-    max_abs, nan, inf = None, [0, 0], [0, 0]
+    max_abs, nan, inf, scaled = None, [0, 0], [0, 0], ""
     for k, (ref, out) in enumerate(zip(refs, outs)):
         out = np.asarray(out)
         if ref.shape != out.shape:
             return f"output {k}: shape {out.shape}, expected {ref.shape}"
         if ref.dtype != out.dtype:
             return f"output {k}: dtype {out.dtype}, expected {ref.dtype}"
+        own = OUTPUTS.get(str(k), {})
+        atol, rtol, limit = own.get("atol", ATOL), own.get("rtol", RTOL), own.get("scaled", SCALED)
         r, o = as_real(ref), as_real(out)
         total += r.size  # a complex number counts as its two parts
         r_nan, o_nan, r_inf, o_inf = np.isnan(r), np.isnan(o), np.isinf(r), np.isinf(o)
@@ -213,11 +220,19 @@ def compare(refs, outs):
         inf[0], inf[1] = inf[0] + int(r_inf.sum()), inf[1] + int(o_inf.sum())
         finite = ~(r_nan | o_nan | r_inf | o_inf)
         wrong = (r_nan != o_nan) | ((r_inf | o_inf) & ~(r_nan | o_nan) & (r != o))
+        special, ratio = bool(wrong.any()), None
         if finite.any():
             err = np.abs(o[finite] - r[finite])
-            wrong[finite] = err > ATOL + RTOL * np.abs(r[finite])
+            wrong[finite] = err > atol + rtol * np.abs(r[finite])
             max_abs = max(max_abs or 0.0, float(err.max()))
+            scale = float(np.abs(r[finite]).max())
+            if ref.dtype.kind in "fc":
+                ratio = float(err.max()) / scale if scale > 0 else (0.0 if float(err.max()) == 0 else float("inf"))
+        if not wrong.any() or (not special and limit is not None and ratio is not None and ratio <= limit):
+            continue  # this output matches
         bad += int(wrong.sum())
+        if ratio is not None and limit is not None:
+            scaled = f", error {ratio:.3g} of output {k}'s largest |value| (limit {limit:.3g})"
     if not bad:
         return None
     why = f"{bad}/{total} elements differ"
@@ -225,7 +240,7 @@ def compare(refs, outs):
         why += f", NaN: expected {nan[0]}, got {nan[1]}"
     if inf[0] != inf[1]:
         why += f", inf: expected {inf[0]}, got {inf[1]}"
-    return why + ("" if max_abs is None else f", max abs diff {max_abs:.6g}")
+    return why + ("" if max_abs is None else f", max abs diff {max_abs:.6g}") + scaled
 
 
 def one_line(exc):
@@ -289,7 +304,9 @@ def _wrap(text: str, first: str, rest: str) -> list[str]:
     ) or [first.rstrip()]
 
 
-def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> str:
+def _docstring(
+    rec: ExportRecord, probes: list[str], cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]], weightless: bool
+) -> str:
     art = rec.key.id
     title = f"Standalone reproducer of {art}: case {rec.case}, {rec.exporter} exporter, opset {rec.opset} requested"
     title += f" ({rec.opset_actual} in the model, IR version {rec.ir_version})." if rec.opset_actual else "."
@@ -301,10 +318,23 @@ def _docstring(rec: ExportRecord, probes: list[str], cells: list[CellRecord], co
     symptom = rec.card.get("symptom")
     if symptom:
         lines += ["", *_wrap(_doc_text(f"Gotcha: {symptom}"), "", "")]
+    if weightless:
+        lines += [
+            "",
+            *_wrap(
+                f"Weights: zeros ({ZEROS}, a sparse file). Every cell below failed when the runtime loaded the model, which "
+                "its graph decides (IR version, opsets, operators), not its weights; the outputs of a runtime that loads it "
+                "mean nothing.",
+                "",
+                "",
+            ),
+        ]
     lines += [
         "",
         *_wrap(_doc_text(f"Probes (test_data_set_0, 1, ...): {', '.join(probes) or 'none'}."), "", ""),
-        f"Tolerance: |out - ref| <= atol + rtol * |ref| with atol {float(rec.atol)!r}, rtol {float(rec.rtol)!r};",
+        f"Tolerance: |out - ref| <= atol + rtol * |ref| with atol {float(rec.atol)!r}, rtol {float(rec.rtol)!r}"
+        + (f", or max|out - ref| <= {float(rec.scaled)!r} * max|ref| for a floating output;" if rec.scaled else ";"),
+        *([_doc_text(f"per output: {rec.output_tolerance}")] if rec.output_tolerance else []),
         "NaN must meet NaN, inf an inf of the same sign, and shapes and dtypes must agree.",
         "",
         "Failing cells it reproduces (runtimes that share a failure are grouped):",
@@ -373,14 +403,21 @@ def _trt_shapes(cells: list[CellRecord], pin: str, provider: str) -> str:
 
 
 def render_script(
-    rec: ExportRecord, probes: list[str], cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]
+    rec: ExportRecord,
+    probes: list[str],
+    cells: list[CellRecord],
+    constraints: Mapping[str, tuple[str, ...]],
+    *,
+    weightless: bool = False,
 ) -> str:
     """The repro.py text for one artifact: the one template with its docstring and constants filled in."""
     return (
-        _SCRIPT.replace("__DOCSTRING__", _docstring(rec, probes, cells, constraints))
+        _SCRIPT.replace("__DOCSTRING__", _docstring(rec, probes, cells, constraints, weightless))
         .replace("__ARTIFACT__", repr(rec.key.id))
         .replace("__ATOL__", repr(float(rec.atol)))
         .replace("__RTOL__", repr(float(rec.rtol)))
+        .replace("__SCALED__", repr(None if rec.scaled is None else float(rec.scaled)))
+        .replace("__OUTPUTS__", repr({str(k): dict(v) for k, v in sorted(rec.output_tolerance.items())}))
     )
 
 
@@ -417,29 +454,70 @@ def _test_sets(rec: ExportRecord, reference: Path, probes: list[str]) -> dict[st
     return files
 
 
-def _unchanged(target: Path, model: Path, files: Mapping[str, bytes]) -> bool:
+ZEROS = "weights.zeros"
+"""The weights of a reproducer whose every failing cell failed at load: zeros, in a sparse file."""
+
+
+def _model_files(src: Path, weightless: bool) -> dict[str, Path | bytes | int]:
+    """The model files of a reproducer folder: the artifact's own (``model.onnx`` and any
+    ``model.onnx.data``), to be hard-linked; or, where only loading failed, ``model.onnx`` with its
+    floating weights pointing into :data:`ZEROS` (bytes) and the zeros' size (an int: a sparse file)."""
+    if weightless:
+        try:
+            model, size = strip_weights(src / "model.onnx", ZEROS)
+            if size:
+                return {"model.onnx": model, ZEROS: size}
+        except (ValueError, OSError, IndexError):
+            pass  # a model this cannot take apart (or with no weights to leave out) keeps its own
+    return {name: src / name for name in ("model.onnx", "model.onnx.data") if (src / name).is_file()}
+
+
+def _same(path: Path, want: Path | bytes | int) -> bool:
+    """Whether ``path`` already holds ``want``: the same file (a hard link) or bytes, or a file of zeros' size."""
+    try:
+        if isinstance(want, Path):
+            same_size = path.stat().st_size == want.stat().st_size
+            return os.path.samefile(path, want) or (same_size and path.read_bytes() == want.read_bytes())
+        if isinstance(want, int):
+            return path.stat().st_size == want
+        return path.read_bytes() == want
+    except OSError:
+        return False
+
+
+def _unchanged(target: Path, files: Mapping[str, Path | bytes | int]) -> bool:
     """``target`` already holds exactly these files (a rerun of the report then touches nothing)."""
     if not target.is_dir():
         return False
-    want = {**files, "model.onnx": model.read_bytes()}
     have = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if not p.is_dir())
-    return have == sorted(want) and all((target / rel).read_bytes() == data for rel, data in want.items())
+    return have == sorted(files) and all(_same(target / rel, data) for rel, data in files.items())
 
 
-def _install(target: Path, model: Path, files: Mapping[str, bytes]) -> None:
+def _put(path: Path, data: Path | bytes | int) -> None:
+    if isinstance(data, Path):
+        try:
+            os.link(data, path)  # the artifact's model, not another copy of its weights
+        except OSError:
+            shutil.copyfile(data, path)
+    elif isinstance(data, int):
+        write_zeros(path, data)
+    else:
+        path.write_bytes(data)
+
+
+def _install(target: Path, files: Mapping[str, Path | bytes | int]) -> None:
     """Write the folder beside ``target`` and swap it in: a reader sees the old folder or the new one."""
-    if _unchanged(target, model, files):
+    if _unchanged(target, files):
         return
     tmp, old = target.with_name(f".{target.name}{_TMP}"), target.with_name(f".{target.name}{_OLD}")
     for stale in (tmp, old):
         if stale.exists():
             shutil.rmtree(stale)
     tmp.mkdir(parents=True)
-    shutil.copyfile(model, tmp / "model.onnx")
     for rel, data in sorted(files.items()):
         path = tmp / rel
         path.parent.mkdir(exist_ok=True)
-        path.write_bytes(data)
+        _put(path, data)
     (tmp / "repro.py").chmod(0o755)
     if target.exists():
         os.replace(target, old)
@@ -495,8 +573,10 @@ def write_repros(
         except (TypeError, ValueError, OSError, KeyError):
             continue
         ordered = [failing[art_id][k] for k in sorted(failing[art_id])]
-        files["repro.py"] = render_script(rec, probes, ordered, constraints).encode("utf-8")
-        _install(root / art_id, src / "model.onnx", files)
+        weightless = all(c.status is Status.LOAD_FAIL for c in ordered)
+        models = _model_files(src, weightless)
+        files["repro.py"] = render_script(rec, probes, ordered, constraints, weightless=ZEROS in models).encode("utf-8")
+        _install(root / art_id, {**files, **models})
         written[art_id] = f"{REPRO_DIR}/{art_id}"
     if root.is_dir():
         for entry in sorted(root.iterdir()):

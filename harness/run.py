@@ -33,6 +33,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,9 @@ from harness import cache
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import PROVIDERS, Matrix, Runtime, split_column
+from harness.progress import Progress
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line, runtime_wide
-from harness.workers import Outcome, describe_exit, run_tasks
+from harness.workers import MemoryGate, Outcome, describe_exit, run_tasks
 
 # The backend module per runtime package: it runs the cells (``run_artifact``, ``measure_latency``) and
 # says what the environment holds (``environment``) and why a provider column cannot run (``provider_problem``).
@@ -208,6 +210,17 @@ def load_artifacts(out: Path) -> list[ExportRecord]:
     return records
 
 
+def _reference_source(matrix: Matrix, out: Path) -> dict[str, Any]:
+    """Where a worker has the node values of a large model's mismatching probe recorded on demand: the
+    export environment's interpreter (it holds the reference runtime), a cache under ``out``, a budget."""
+    manifest = cache.read_json(out / MANIFEST) or {}
+    return {
+        "python": manifest.get("reference_python"),
+        "cache": str(out / "cache" / "reference"),
+        "timeout": matrix.export.reference_timeout,
+    }
+
+
 def _cell_env(env: dict[str, str] | None, rec: ExportRecord) -> dict[str, str]:
     """The runtime env as measured here, plus the versions the artifact was exported with."""
     exported = {k: v for k, v in rec.versions.items() if k in ("torch", "onnx", "onnxscript")}
@@ -215,8 +228,9 @@ def _cell_env(env: dict[str, str] | None, rec: ExportRecord) -> dict[str, str]:
 
 
 def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
-    """Cells decided without running anything: the export failed or does not apply."""
-    status = Status.SKIPPED if rec.error_class == "Skipped" else Status.EXPORT_FAIL
+    """Cells decided without running anything: the export failed, ran out of its time (``timeout``, the
+    phase and the key to raise in the line), or does not apply."""
+    status = {"Skipped": Status.SKIPPED, "ExporterTimeout": Status.TIMEOUT}.get(rec.error_class or "", Status.EXPORT_FAIL)
     return rec.each_probe(
         base, status=status, stage=Stage.EXPORT, error_class=rec.error_class, error_line=rec.error_line, error=rec.error
     )
@@ -226,14 +240,19 @@ def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
 # A timeout may be the machine's load, not the artifact: run again next time, like these two.
 _NOT_REUSED = (Status.ENV_ERROR, Status.UNAVAILABLE, Status.TIMEOUT)
 _CUT_SHORT = "localizing this mismatch was cut short"
+# A large model's node values recorded on demand could not be had on this machine: another may have them.
+_NOT_RECORDED = "comparison: not recorded"
 
 
 def _reusable(old: CellRecord | None, key: str) -> bool:
     """A finished cell with the same content address, decided by the artifact: not a harness bug, and
-    not a mismatch whose localization a killed run left undone (or a fault cut short)."""
+    not a mismatch whose localization a killed run left undone (or a fault cut short, or the reference
+    values a large model needs could not be recorded here)."""
     if old is None or old.cache_key != key or old.status in _NOT_REUSED or old.error_class == "HarnessError":
         return False
-    return old.status is not Status.MISMATCH or (old.optimizer is not None and _CUT_SHORT not in (old.note or ""))
+    note = old.note or ""
+    localized = old.optimizer is not None and _CUT_SHORT not in note and _NOT_RECORDED not in note
+    return old.status is not Status.MISMATCH or localized
 
 
 def settings_of(matrix: Matrix, provider: str = "cpu", runtime: Runtime | None = None) -> dict[str, Any]:
@@ -330,6 +349,7 @@ def run_runtime(
         # as much as the pin does: a recreated environment or another machine measures again.
         settings = {**settings_of(matrix, provider, runtime), "env": env}
         options = _options(matrix, runtime, provider, out)
+        reference = _reference_source(matrix, out)
         keys: dict[str, str] = {}  # cell key → content address, for every probe of an exported artifact
         cells: dict[str, CellRecord] = {}
         tasks: list[dict[str, Any]] = []
@@ -361,6 +381,7 @@ def run_runtime(
                         "options": options,
                         "probes": todo,
                         "keys": {p: keys[base.replace(probe=p).key] for p in todo},
+                        "reference": reference,
                     }
                 )
         echo(
@@ -378,7 +399,9 @@ def run_runtime(
             log = out / "logs" / f"{runtime.id}.log"
             records = {r.key.id: r for r in artifacts}
             workers = matrix.run.workers_for(provider)
-            for cell in _correctness(matrix, tasks, records, log, stats, backend=module, workers=workers):
+            progress = Progress(f"run {runtime.pin} {provider}", len(tasks), echo, workers=workers)
+            progress.expect(records[Path(t["dir"]).name].case for t in tasks)
+            for cell in _correctness(matrix, tasks, records, log, stats, backend=module, workers=workers, progress=progress):
                 cells[cell.key] = cell
                 appender.add([cell])
             stats.correctness_wall = time.perf_counter() - t0
@@ -489,6 +512,7 @@ def _correctness(
     backend: str = BACKENDS["onnxruntime"],
     entry: str = "run_artifact",
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[CellRecord]:
     """Run the tasks in worker processes; yield each cell as it arrives.
 
@@ -498,10 +522,29 @@ def _correctness(
     (``loaded``) a death belongs to session creation, which every probe
     shares. During a mismatch's localization it costs only the localization:
     the mismatch stands, with a note.
+
+    Workers are sized by memory as well as cores (:class:`harness.workers.MemoryGate`, from each model's
+    size); ``progress`` hears of each artifact as it is done.
     """
     cells: dict[str, CellRecord] = {}
+    gate = MemoryGate(_session_mib)
+    started = {id(t): time.monotonic() for t in tasks}
+
+    def finished(task: dict[str, Any]) -> None:
+        if progress is not None:
+            rec = records[Path(task["dir"]).name]
+            took = time.monotonic() - started.get(id(task), time.monotonic())
+            base = rec.cell(task["runtime"], task["provider"], {})
+            mine = [cells[k] for k in (base.replace(probe=p).key for p in rec.probes) if k in cells]
+            counts = ", ".join(f"{s} {n}" for s, n in sorted(Counter(c.status.value for c in mine).items()))
+            progress.tick(f"  {rec.key.id}: {counts} ({took:.1f}s)", kind=rec.case, seconds=took)
+
+    def beat(running: list[tuple[Any, float]]) -> None:
+        assert progress is not None
+        progress.running((Path(t["dir"]).name, s) for t, s in running)
+
     while tasks:
-        progress = {id(t): _Progress(list(t["probes"])) for t in tasks}
+        states = {id(t): _Progress(list(t["probes"])) for t in tasks}
         again: list[dict[str, Any]] = []
         for outcome in run_tasks(
             f"{backend}:{entry}",
@@ -510,8 +553,10 @@ def _correctness(
             timeout=matrix.run.timeout,
             init=f"{backend}:init_worker",
             log=str(log),
+            admit=gate.admit,
+            heartbeat=(30.0, beat) if progress is not None else None,
         ):
-            task, state = outcome.task, progress[id(outcome.task)]
+            task, state = outcome.task, states[id(outcome.task)]
             rec = records[Path(task["dir"]).name]
             if outcome.kind == "item":
                 item = outcome.value
@@ -534,13 +579,27 @@ def _correctness(
                 continue
             left = state.left
             if outcome.kind == "ok" and not left:
+                finished(task)
                 continue
             failed, rest = _charge(rec, task, outcome, state, cells)
             for cell in failed:
-                yield cell.replace(cache_key=task.get("keys", {}).get(cell.probe))
+                cell = cell.replace(cache_key=task.get("keys", {}).get(cell.probe))
+                cells[cell.key] = cell
+                yield cell
             if rest:
                 again.append({**task, "probes": rest})
+                started[id(again[-1])] = started.get(id(task), time.monotonic())
+            else:
+                finished(task)
         tasks = again
+
+
+def _session_mib(task: Mapping[str, Any]) -> float:
+    """What a worker running an artifact is expected to hold (MiB): onnxruntime keeps the model's weights
+    (and the proto it read them from while it builds the session), numpy the probes; ~200 MiB for itself."""
+    art = Path(task["dir"])
+    size = sum(f.stat().st_size for f in (art / "model.onnx", art / "model.onnx.data") if f.is_file())
+    return 200.0 + 3 * size / 2**20
 
 
 def _charge(

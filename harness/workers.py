@@ -31,7 +31,7 @@ import signal
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -110,12 +110,24 @@ class _Worker:
         self.ready = False
         self.task: Any = None
         self.started = 0.0
+        self.budget = 0.0
+        """Seconds the task may go from ``started`` without a result (an item can set it anew)."""
+        self.since = 0.0
+        """When the task was handed over (``started`` moves with each item)."""
 
     def kill(self) -> None:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+
+    def retire(self) -> None:
+        """Ask an idle worker to exit and wait a moment: its exit handlers run (a semaphore a library made,
+        tqdm's lock say, is unlinked rather than reported leaked); killed if it does not go."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.proc.join(5)
+        self.kill()
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -135,12 +147,14 @@ def run_tasks(
     tasks: Iterable[Any],
     *,
     workers: int,
-    timeout: float,
+    timeout: float | Callable[[Any], float],
     init: str | None = None,
     initargs: tuple[Any, ...] = (),
     log: str | None = None,
     fresh: bool = False,
     preload: tuple[str, ...] = (),
+    admit: Callable[[Any, list[Any]], bool] | None = None,
+    heartbeat: tuple[float, Callable[[list[tuple[Any, float]]], None]] | None = None,
 ) -> Iterator[Outcome]:
     """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they come.
 
@@ -148,38 +162,61 @@ def run_tasks(
     outcome at once, then ``ok`` ends the task. A crash or hang after some
     items is still one ``crash``/``timeout`` outcome; the items before it stand.
 
-    ``timeout`` bounds each task, counted from when it was handed to a worker
-    or from its last item, whichever is later (worker start-up, which imports
-    the runtime, is not counted against it).
+    ``timeout`` (seconds, or a function of the task) bounds each task, counted
+    from when it was handed to a worker or from its last item, whichever is
+    later (worker start-up, which imports the runtime, is not counted against
+    it). An item that is a mapping with a number under ``"budget"`` sets the
+    seconds allowed until the next item: a task whose phases need different
+    bounds says so as it enters each (the export, then the reference pass).
     ``fresh`` gives each task its own process, forked from a server that has
-    imported ``preload``.
+    imported ``preload``. ``admit(task, running)`` holds the next task back
+    until it returns True for the tasks running now (a memory budget); with
+    nothing running a task always starts. ``heartbeat = (seconds, call)``
+    calls ``call`` with each running task and its seconds so far, every
+    ``seconds`` while any runs.
     """
     queue = deque(tasks)
     if not queue:
         return
+    budget_of = timeout if callable(timeout) else (lambda _task: float(timeout))
     ctx: Any = _SPAWN
     if fresh:
         ctx = _FORKSERVER
         ctx.set_forkserver_preload(list(preload))
     pool = [_Worker(init, initargs, log, ctx) for _ in range(max(1, min(workers, len(queue))))]
+    beat = time.monotonic()
     try:
         while queue or any(w.task is not None for w in pool):
             for w in pool:
                 if w.ready and w.task is None and queue:
+                    running = [v.task for v in pool if v.task is not None]
+                    if running and admit is not None and not admit(queue[0], running):
+                        break
                     w.task, w.started = queue.popleft(), time.monotonic()
+                    w.since, w.budget = w.started, float(budget_of(w.task))
                     w.conn.send((ref, w.task))
-            deadlines = [w.started + timeout for w in pool if w.task is not None]
+            deadlines = [w.started + w.budget for w in pool if w.task is not None]
+            if heartbeat is not None and deadlines:
+                deadlines.append(beat + heartbeat[0])
             wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool], wait_for)
             now = time.monotonic()
+            if heartbeat is not None and now >= beat + heartbeat[0]:
+                beat = now
+                active = [(w.task, now - w.since) for w in pool if w.task is not None]
+                if active:
+                    heartbeat[1](active)
             survivors: list[_Worker] = []
             for w in pool:
-                outcome, dead = _poll(w, ready, now, timeout, log)
+                outcome, dead = _poll(w, ready, now, log)
+                done = fresh and not dead and outcome is not None and outcome.kind in ("ok", "error")
                 if outcome is not None:
                     yield outcome
-                    dead = dead or (fresh and outcome.kind != "item")
-                if dead:
-                    w.kill()
+                if done:  # its one task is over: it exits as a process should (its semaphores, temp folders go)
+                    w.retire()
+                if dead or done:
+                    if dead:
+                        w.kill()
                     if queue:
                         survivors.append(_Worker(init, initargs, log, ctx))
                 else:
@@ -194,7 +231,7 @@ def run_tasks(
             w.kill()
 
 
-def _poll(w: _Worker, ready: list[Any], now: float, timeout: float, log: str | None) -> tuple[Outcome | None, bool]:
+def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Outcome | None, bool]:
     """What one worker has to say: (finished task's outcome, whether the worker is gone)."""
     if w.conn in ready:
         try:
@@ -204,9 +241,11 @@ def _poll(w: _Worker, ready: list[Any], now: float, timeout: float, log: str | N
         if kind == "ready":
             w.ready = True
             return None, False
-        if kind == "item":  # the task goes on; its clock restarts
+        if kind == "item":  # the task goes on; its clock restarts, with the budget the item sets if it sets one
             outcome = Outcome(w.task, kind, value, now - w.started)
             w.started = now
+            if isinstance(value, Mapping) and isinstance(value.get("budget"), (int, float)):
+                w.budget = float(value["budget"])
             return outcome, False
         if kind != "dead":
             outcome = Outcome(w.task, kind, value, now - w.started)
@@ -220,6 +259,39 @@ def _poll(w: _Worker, ready: list[Any], now: float, timeout: float, log: str | N
                 raise RuntimeError(f"worker failed to start ({reason}); see {log or 'stderr'}")
             return None, True
         return Outcome(w.task, "crash", reason, now - w.started), True
-    if w.task is not None and now >= w.started + timeout:
-        return Outcome(w.task, "timeout", f"no result after {timeout:g} s", now - w.started), True
+    if w.task is not None and now >= w.started + w.budget:
+        return Outcome(w.task, "timeout", f"no result after {w.budget:g} s", now - w.started), True
     return None, False
+
+
+def available_mib() -> float | None:
+    """The memory the kernel says new work can take without swapping (``MemAvailable``), in MiB."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class MemoryGate:
+    """Workers sized by memory as well as by cores: ``admit`` (for :func:`run_tasks`) lets a task start
+    only while the memory expected of it and of the tasks already running fits ``fraction`` of what was
+    available when the stage began. ``expected(task)`` is in MiB (a model's measured peak, say). Where
+    the machine does not say what is available, every task is admitted."""
+
+    def __init__(self, expected: Callable[[Any], float], *, budget_mib: float | None = None, fraction: float = 0.85) -> None:
+        self.expected = expected
+        available = available_mib() if budget_mib is None else budget_mib
+        self.budget = None if available is None else available * (fraction if budget_mib is None else 1.0)
+        self.held = 0
+        """How many times a task was held back (for a test or a benchmark to see that it bit)."""
+
+    def admit(self, task: Any, running: list[Any]) -> bool:
+        if self.budget is None:
+            return True
+        fits = sum(self.expected(t) for t in running) + self.expected(task) <= self.budget
+        self.held += not fits
+        return fits

@@ -68,3 +68,31 @@ def cells_then_die(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for cell in rec.each_probe(base, task["probes"]):
         yield {"cell": cell.to_dict()}
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def phases(plan: str) -> Iterator[dict[str, Any]]:
+    """``"2:0.5,1:3"``: phases that each announce their budget (seconds) then sleep: an export, say, whose
+    reference pass needs more time than its exporter did."""
+    for step in plan.split(","):
+        budget, sleep = (float(x) for x in step.split(":"))
+        yield {"phase": step, "budget": budget}
+        time.sleep(sleep)
+
+
+def hold(task: str) -> str:
+    """Sleep a little and say when this task ran: for the memory gate's test."""
+    started = time.monotonic()
+    time.sleep(0.4)
+    return f"{task}:{started:.3f}:{time.monotonic():.3f}"
+
+
+def tqdm_lock(task: int) -> int:
+    """Make a multiprocessing lock, as tqdm does inside a dynamo export: a process that exits as it should
+    unlinks its semaphore."""
+    import multiprocessing
+
+    _LOCKS.append(multiprocessing.RLock())  # the default context, as tqdm makes it; kept, as tqdm keeps it
+    return task
+
+
+_LOCKS: list[Any] = []

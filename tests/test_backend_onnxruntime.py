@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from harness.backends.onnxruntime import error_line, placement, time_runs
 
@@ -63,18 +64,47 @@ LATENCY = {"warmup": 2, "min_runs": 10, "max_runs": 60, "budget_seconds": 30.0}
 
 def test_timing_stops_when_two_windows_agree(tmp_path: Path) -> None:
     sess, feeds = _add_one_session(tmp_path)
-    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 10.0})  # any two windows agree within 1000%
+    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 10.0})  # any two windows agree within 1000%
     assert stable and runs == len(sample) == 2 * LATENCY["min_runs"]
+    assert warm == LATENCY["warmup"]
 
 
 def test_timing_stops_at_the_cap_when_the_median_never_settles(tmp_path: Path) -> None:
     sess, feeds = _add_one_session(tmp_path)
-    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 0.0})  # never "within 0%" unless exactly equal
+    sample, runs, stable, _ = time_runs(sess, feeds, {**LATENCY, "stability": 0.0})  # never "within 0%" unless exactly equal
     assert runs <= LATENCY["max_runs"] and runs % LATENCY["min_runs"] == 0
     assert stable or runs == LATENCY["max_runs"]  # stable only on an exact tie of two medians
     assert len(sample) == 2 * LATENCY["min_runs"]  # the figures come from the last two windows
-    sample, runs, stable = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": 0.0})
-    assert (runs, len(sample), stable) == (LATENCY["min_runs"], LATENCY["min_runs"], False)  # spent after one window
+
+
+def test_the_budget_wins_over_the_window_for_a_slow_model(tmp_path: Path) -> None:
+    """A model whose one run outlasts the budget (a real transformer: 1.5 s) is timed a few runs, not
+    warmup + 2 windows of them: one warm-up run and MIN_TIMED timed runs, even inside a window."""
+    import onnxruntime
+
+    from harness.backends.onnxruntime import MIN_TIMED
+
+    x = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
+    node = onnx.helper.make_node("MatMul", ["a", "b"], ["y"])
+    nodes = [node] + [onnx.helper.make_node("MatMul", [f"y{i - 1}" if i else "y", "b"], [f"y{i}"]) for i in range(30)]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "slow",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [384, 384]) for n in ("a", "b")],
+        [onnx.helper.make_tensor_value_info("y29", onnx.TensorProto.FLOAT, [384, 384])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "slow.onnx"
+    path.write_bytes(model.SerializeToString())
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    feeds = {"a": x, "b": x / 20}
+    budget = 0.05  # far less than one window of 10 runs of this model (~30 MatMuls of 384x384: ~0.1 s a run)
+    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": budget})
+    assert (runs, len(sample), stable, warm) == (MIN_TIMED, MIN_TIMED, False, 1)
+    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": 0.0})
+    assert (runs, warm) == (MIN_TIMED, 1)  # no budget at all still gives a median of MIN_TIMED runs
 
 
 def test_placement_counts_nodes_per_provider_in_a_real_profile(tmp_path: Path) -> None:

@@ -102,3 +102,60 @@ def test_complex_outputs_compare_both_parts() -> None:
 def test_string_outputs_are_equal_or_not() -> None:
     ok, stats = compare([np.array(["a", "b"])], [np.array(["a", "c"])], atol=1, rtol=1)
     assert not ok and (stats.mismatched, stats.total) == (1, 2)
+
+
+# The scaled metric: max|out - ref| <= scaled * max|ref| for a floating output.
+
+
+def _noisy_convnet_output() -> tuple[np.ndarray, np.ndarray]:
+    """What fp32 rounding does to a real convnet's output (ResNet-50's, scaled down): values up to 255, and
+    a few elements near zero (after a ReLU) off by 5e-4, which atol 1e-4 + rtol 1e-3 * |ref| cannot absorb."""
+    rng = np.random.default_rng(0)
+    ref = np.maximum(rng.standard_normal((8, 64)) * 80, 0).astype(np.float32)
+    ref[0, :4] = [255.0, 0.0, 1e-3, 2e-4]
+    out = ref * (1 + rng.standard_normal(ref.shape).astype(np.float32) * 1e-7)
+    out[0, 1:4] += np.float32(5e-4)
+    return ref, out
+
+
+def test_rounding_noise_of_a_convnet_passes_within_its_scale() -> None:
+    ref, out = _noisy_convnet_output()
+    ok, stats = compare([ref], [out], atol=1e-4, rtol=1e-3)
+    assert not ok and stats.mismatched == 3, "element-wise alone calls it a mismatch"
+    ok, stats = compare([ref], [out], atol=1e-4, rtol=1e-3, scaled=1e-5)
+    assert ok, describe(stats)
+    assert stats.mismatched == 3  # still said: 3 elements outside the element-wise bound
+    assert stats.scaled_error == pytest.approx(5e-4 / 255, rel=0.05) and stats.scaled_output == 0 and stats.scaled_limit == 1e-5
+
+
+def test_an_error_at_the_outputs_own_scale_still_fails_and_says_by_how_much() -> None:
+    ref = np.linspace(-4, 4, 64, dtype=np.float32)
+    out = ref.copy()
+    out[10] += 0.05  # a wrong value: 1.25% of the output's largest magnitude
+    ok, stats = compare([ref], [out], atol=1e-4, rtol=1e-3, scaled=1e-5)
+    assert not ok and stats.mismatched == 1
+    assert stats.scaled_error == pytest.approx(0.05 / 4, rel=1e-3)
+    assert describe(stats).endswith("error 0.0125 of output 0's largest |value| (limit 1e-05)")
+
+
+def test_nan_and_inf_rules_hold_under_the_scaled_metric() -> None:
+    ref = np.array([1000.0, 1.0, np.nan, np.inf], dtype=np.float32)
+    assert not compare([ref], [np.array([1000.0, np.nan, np.nan, np.inf], np.float32)], atol=0, rtol=0, scaled=1.0)[0]
+    assert not compare([ref], [np.array([1000.0, 1.0, np.nan, -np.inf], np.float32)], atol=0, rtol=0, scaled=1.0)[0]
+    assert compare([ref], [np.array([1000.0, 1.0 + 1e-3, np.nan, np.inf], np.float32)], atol=0, rtol=0, scaled=1e-5)[0]
+
+
+def test_the_scaled_metric_leaves_integers_exact_and_zeros_strict() -> None:
+    ints = np.array([1000, 2000, 3], dtype=np.int64)
+    assert not compare([ints], [ints + np.array([0, 0, 1])], atol=0, rtol=0, scaled=1.0)[0]  # never "within scale"
+    zeros = np.zeros(4, np.float32)
+    assert not compare([zeros], [zeros + np.float32(1e-3)], atol=0, rtol=0, scaled=1e-5)[0]  # no scale to be within
+    assert compare([zeros], [zeros.copy()], atol=0, rtol=0, scaled=1e-5)[0]
+
+
+def test_per_output_tolerance_overrides_the_shared_one() -> None:
+    ref, out = _noisy_convnet_output()
+    exact = {1: {"scaled": 0.0}}  # output 1 element-wise only; output 0 keeps the shared scaled bound
+    ok, stats = compare([ref, ref], [out, out], atol=1e-4, rtol=1e-3, scaled=1e-5, outputs=exact)
+    assert not ok and stats.scaled_output == 1 and stats.mismatched == 6
+    assert compare([ref, ref], [out, out], atol=1e-4, rtol=1e-3, scaled=1e-5, outputs={"1": {"atol": 1e-3}})[0]  # JSON keys

@@ -128,6 +128,24 @@ BAD = [
     ("wrong-type", GOOD.replace("opsets = [17, 18]", 'opsets = "17"'), r"profiles\.default\.opsets: must be list, got '17'"),
     ("not-toml", GOOD + "\n[broken\n", r"matrix\.toml: not valid TOML"),
     ("export-unpinned", GOOD.replace('torch = "2.13.0"', 'torch = "2.13"'), r"export\.torch: '2\.13' is not pinned"),
+    (
+        "requirement-not-a-requirement",
+        GOOD.replace('onnxscript = "0.7.2"', 'onnxscript = "0.7.2"\nrequirements = ["transformers; os_name == \'nt\'"]'),
+        r"export\.requirements: \"transformers; os_name == 'nt'\" is not a requirement; write \"name==version\" \(or a range\)",
+    ),
+    (
+        "requirement-replaces-torch",
+        GOOD.replace('onnxscript = "0.7.2"', 'onnxscript = "0.7.2"\nrequirements = ["Torch>=2.14"]'),
+        r"export\.requirements: torch is pinned by \[export\] itself; change \[export\] torch instead",
+    ),
+    (
+        "export-timeout-zero",
+        GOOD.replace('onnxscript = "0.7.2"', 'onnxscript = "0.7.2"\ntimeout = 0'),
+        r"export\.timeout: must be >= 1, got 0",
+    ),
+    ("atol-nan", GOOD + "\n[tolerance]\natol = nan\n", r"tolerance\.atol: must be a finite number, got nan"),
+    ("scaled-inf", GOOD + "\n[tolerance]\nscaled = inf\n", r"tolerance\.scaled: must be a finite number, got inf"),
+    ("run-timeout-inf", GOOD + "\n[run]\ntimeout = inf\n", r"run\.timeout: must be a finite number, got inf"),
 ]
 
 
@@ -150,3 +168,17 @@ def test_missing_profile_lists_the_profiles(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="no such file"):
         load(tmp_path / "nope.toml")
+
+
+def test_export_budgets_requirements_and_the_scaled_tolerance(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        'onnxscript = "0.7.2"',
+        'onnxscript = "0.7.2"\nrequirements = ["transformers==5.24.0", "timm>=1.0,<2"]\ntimeout = 900\nreference_timeout = 60',
+    )
+    m = _load(tmp_path, text + "\n[tolerance]\nscaled = 2e-5\n")
+    assert m.export.requirements == ("transformers==5.24.0", "timm>=1.0,<2")
+    assert (m.export.timeout, m.export.reference_timeout) == (900.0, 60.0)
+    assert m.scaled == 2e-5
+    defaults = _load(tmp_path, GOOD)
+    assert defaults.export.requirements == () and defaults.scaled == 1e-5
+    assert (defaults.export.timeout, defaults.export.reference_timeout) == (600.0, 300.0)

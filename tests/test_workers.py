@@ -5,6 +5,7 @@ Real faults in real processes (tests/faults.py), no mocks.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -87,3 +88,46 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_an_item_sets_the_budget_of_the_phase_it_starts() -> None:
+    """A task's own budget bounds its first phase; an item with "budget" sets the next: a phase that
+    sleeps 1.5 s passes under a 2 s budget though the task's own is 1 s, and one past its budget is killed."""
+    ok = list(run_tasks("tests.faults:phases", ["1:0.2,2:1.5"], workers=1, timeout=1))
+    assert [o.kind for o in ok] == ["item", "item", "ok"]
+    late = list(run_tasks("tests.faults:phases", ["5:0.2,0.5:3"], workers=1, timeout=1))
+    assert [o.kind for o in late] == ["item", "item", "timeout"]
+    assert late[-1].value == "no result after 0.5 s"
+    per_task = list(run_tasks("tests.faults:act", ["hang"], workers=1, timeout=lambda task: 0.5))
+    assert per_task[0].kind == "timeout" and per_task[0].value == "no result after 0.5 s"
+
+
+def test_the_memory_gate_holds_a_task_back_until_it_fits() -> None:
+    """Two workers, a budget that fits one task at a time: the tasks run one after the other, and a task
+    too large for the budget on its own still runs (alone)."""
+    from harness.workers import MemoryGate
+
+    gate = MemoryGate(lambda task: 600.0 if task != "huge" else 5000.0, budget_mib=1000.0)
+    outcomes = list(run_tasks("tests.faults:hold", ["a", "b", "huge", "c"], workers=2, timeout=30, admit=gate.admit))
+    spans = sorted((float(s), float(e)) for _, s, e in (o.value.split(":") for o in outcomes))
+    assert len(spans) == 4 and all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+    assert gate.held >= 3
+    assert MemoryGate(lambda task: 1.0, budget_mib=1000.0).admit("x", ["y"] * 998)  # fits: admitted
+
+
+def test_a_heartbeat_names_the_running_tasks() -> None:
+    seen: list[list[tuple[object, float]]] = []
+    list(run_tasks("tests.faults:slow_stream", [3], workers=1, timeout=5, heartbeat=(0.5, seen.append)))
+    assert seen and all(task == 3 and seconds >= 0 for beat in seen for task, seconds in beat)
+
+
+def test_a_fresh_worker_exits_as_a_process_should_and_leaves_no_semaphore() -> None:
+    """tqdm makes a multiprocessing lock inside a dynamo export; a worker killed after its task leaked it
+    (the resource tracker's warning at exit). Retired workers exit normally: no warning."""
+    code = (
+        "from harness.workers import run_tasks\n"
+        "print(sorted(o.value for o in run_tasks('tests.faults:tqdm_lock', [1, 2, 3], workers=2, timeout=30, fresh=True)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[1, 2, 3]", proc.stderr
+    assert "leaked semaphore" not in proc.stderr, proc.stderr

@@ -342,7 +342,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 yield {"cell": _failed(cell, error, t1, Status.RUN_FAIL).to_dict()}
                 continue
             want = reference_outputs(ref, probe)
-            ok, stats = compare(want, outs, atol=rec.atol, rtol=rec.rtol)
+            ok, stats = compare(want, outs, **rec.tolerance)
             note = None
             if ignored:
                 note = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them"
@@ -363,7 +363,7 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"event": "localizing", "probe": probe}
             t_localize = time.perf_counter()
             try:
-                cell = _localize(art, rec, cell, feeds, want, task["threads"], reuse, options)
+                cell = _localize(art, rec, cell, feeds, want, task["threads"], reuse, options, task.get("reference"))
             except Exception as exc:  # a harness bug here costs the localization, never the probes after it
                 cell = cell.noted(f"localizing this mismatch failed: {type(exc).__name__}: {first_line(str(exc))}")
             localizing += time.perf_counter() - t_localize
@@ -378,7 +378,7 @@ def _nodes(art: Path) -> list[dict[str, Any]]:
 
 def _output_localization(art: Path, names: list[str], want: list[np.ndarray], outs: list[Any], rec: ExportRecord) -> str:
     """The first output that differs from torch's, and the node that computes it."""
-    found = localize.first_output_mismatch(_nodes(art), names, outs, want, atol=rec.atol, rtol=rec.rtol)
+    found = localize.first_output_mismatch(_nodes(art), names, outs, want, **rec.tolerance)
     return found or "every output is within tolerance on its own"
 
 
@@ -391,6 +391,7 @@ def _localize(
     threads: int,
     reuse: dict[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
+    reference: Mapping[str, Any] | None = None,
 ) -> CellRecord:
     """Where a mismatch starts, and whether the graph optimizer is to blame.
 
@@ -403,6 +404,9 @@ def _localize(
        differs from torch, where the graph parts from torch (the first torch
        value it disagrees with, for a dynamo export).
     3. Failing both, the first differing output and its node stands.
+
+    ``reference`` says where the node values of a model too large to record at export come from
+    (:func:`harness.localize.on_demand`: the export environment's interpreter and a cache folder).
     """
     notes = [cell.note] if cell.note else []
     optimizer: bool | None = None
@@ -410,7 +414,7 @@ def _localize(
     try:
         if "unoptimized" not in reuse:
             reuse["unoptimized"] = _session(art / "model.onnx", cell.provider, threads, optimize=False, options=options)
-        optimizer, _ = compare(want, reuse["unoptimized"].run(None, dict(feeds)), atol=rec.atol, rtol=rec.rtol)
+        optimizer, _ = compare(want, reuse["unoptimized"].run(None, dict(feeds)), **rec.tolerance)
     except Exception as exc:
         notes.append(f"with graph optimizations disabled the probe fails: {error_line(str(exc))}")
     found = localize.localize_cell(
@@ -418,11 +422,11 @@ def _localize(
         art,
         cell.probe,
         feeds,
-        atol=rec.atol,
-        rtol=rec.rtol,
+        **rec.tolerance,
         providers=session_providers(cell.provider, options, engine_folder(art / localize.DEBUG_MODEL, options, "debug")),
         threads=threads,
         reuse=reuse.setdefault("debug", {}),
+        reference=on_demand(art, rec, reference),
     )
     error = found.pop("error", None)
     where = localize.describe_localization(found)
@@ -433,16 +437,48 @@ def _localize(
     return cell.replace(localization=where or cell.localization, optimizer=optimizer, note="; ".join(notes) or None)
 
 
+def on_demand(
+    art: Path, rec: ExportRecord, reference: Mapping[str, Any] | None
+) -> Callable[[str], tuple[dict[str, np.ndarray], dict[str, Any]]] | None:
+    """The source of a large model's node values for :func:`harness.localize.localize_cell`: recorded by the
+    export environment's reference runtime on demand, once per artifact and probe, under the run stage's cache."""
+    if not reference:
+        return None
+
+    def values(probe: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        return localize.on_demand(
+            art,
+            probe,
+            cache=Path(reference["cache"]) / rec.digest,
+            python=reference.get("python"),
+            timeout=float(reference["timeout"]),
+            runtime=pin if (pin := rec.reference_runtime or "").startswith("onnxruntime==") else "",
+        )
+
+    return values
+
+
+MIN_TIMED = 3
+"""Timed runs a latency has at the least, whatever the budget: fewer would give no median and no p90."""
+
+
 def time_runs(
     sess: Any, feeds: Mapping[str, np.ndarray], lat: Mapping[str, Any], call: Callable[[], Any] | None = None
-) -> tuple[list[float], int, bool]:
-    """The latency protocol, after ``warmup`` untimed runs: timed ``session.run`` calls in windows of
+) -> tuple[list[float], int, bool, int]:
+    """The latency protocol: ``warmup`` untimed runs, then timed ``session.run`` calls in windows of
     ``min_runs``, until a window's median is within ``stability`` of the previous window's (or
     ``max_runs`` or ``budget_seconds`` stops it).
 
+    ``budget_seconds`` bounds the whole of it, warm-up included, for any model: warm-up stops once half
+    the budget is spent (after one run at least), and timing stops as soon as the budget is spent and
+    :data:`MIN_TIMED` runs are in, even inside a window. A real transformer whose one run takes 1.5 s
+    then costs a few runs, not ``warmup + 2 * min_runs`` of them; a small model, whose windows settle
+    long before the budget, is timed as it always was.
+
     Returns the sample the figures come from (the last two windows: the settled state, not the first
-    runs after warm-up), the number of timed runs, and whether the median settled. ``call`` replaces
-    ``session.run(None, feeds)`` as the timed unit (an IOBinding run and its synchronization).
+    runs after warm-up), the number of timed runs, whether the median settled, and the warm-up runs
+    made. ``call`` replaces ``session.run(None, feeds)`` as the timed unit (an IOBinding run and its
+    synchronization).
     """
     feeds = dict(feeds)
     if call is None:
@@ -451,27 +487,38 @@ def time_runs(
         def call() -> Any:
             return run(None, feeds)
 
+    perf = time.perf_counter
+    start = perf()
+    budget = lat["budget_seconds"]
+    warm = 0
     for _ in range(lat["warmup"]):
         call()
+        warm += 1
+        if perf() - start > budget / 2:
+            break
+    deadline = start + budget
     window = lat["min_runs"]
     times: list[float] = []
     previous: float | None = None
-    perf = time.perf_counter
-    deadline = perf() + lat["budget_seconds"]
     stable = False
-    while len(times) + window <= lat["max_runs"]:
+    spent = False
+    while not spent and len(times) + window <= lat["max_runs"]:
         for _ in range(window):
             t = perf()
             call()
-            times.append(perf() - t)
-        median = float(np.median(times[-window:]))
-        if previous is not None and abs(median - previous) <= lat["stability"] * previous:
-            stable = True
-            break
-        previous = median
-        if perf() > deadline:
-            break
-    return times[-2 * window :], len(times), stable
+            done = perf()
+            times.append(done - t)
+            if done > deadline and len(times) >= MIN_TIMED and len(times) % window:
+                spent = True  # the budget is gone in the middle of a window: stop here
+                break
+        else:
+            median = float(np.median(times[-window:]))
+            if previous is not None and abs(median - previous) <= lat["stability"] * previous:
+                stable = True
+                break
+            previous = median
+            spent = perf() > deadline and len(times) >= MIN_TIMED
+    return times[-2 * window :], len(times), stable, warm
 
 
 def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
@@ -501,14 +548,14 @@ def timed(
 ) -> dict[str, Any]:
     """:func:`time_runs`, as the latency record a worker returns (plus ``busy_seconds`` for the benchmark)."""
     t1 = time.perf_counter()
-    sample, runs, stable = time_runs(sess, feeds, lat, call)
+    sample, runs, stable, warm = time_runs(sess, feeds, lat, call)
     busy = session_ms / 1e3 + time.perf_counter() - t1
     ms = np.array(sample) * 1e3
     return {"busy_seconds": busy} | Latency(
         median_ms=float(np.median(ms)),
         p90_ms=float(np.percentile(ms, 90)),
         runs=runs,
-        warmup=lat["warmup"],
+        warmup=warm,
         threads=lat["threads"],
         session_ms=session_ms,
         stable=stable,

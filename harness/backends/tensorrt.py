@@ -472,13 +472,13 @@ def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"cell": _failed(cell, exc, t1, Status.RUN_FAIL).to_dict()}
             continue
         want = reference_outputs(ref, probe)
-        ok, stats = compare(want, outs, atol=rec.atol, rtol=rec.rtol)
+        ok, stats = compare(want, outs, **rec.tolerance)
         cell = cell.replace(stage=Stage.COMPARE, diff=stats, seconds=time.perf_counter() - t1)
         if not ok:
             line = describe(stats)
             nodes_path = art / localize.NODES
             nodes = json.loads(nodes_path.read_text()) if nodes_path.exists() else []
-            found = localize.first_output_mismatch(nodes, outputs, outs, want, atol=rec.atol, rtol=rec.rtol)
+            found = localize.first_output_mismatch(nodes, outputs, outs, want, **rec.tolerance)
             cell = cell.replace(
                 status=Status.MISMATCH,
                 error_class="Mismatch",

@@ -1,0 +1,68 @@
+"""The corpus API: what a case file declares (its requirements, its tolerances) is checked before use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import corpus
+from harness.errors import HarnessError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_corpus_file_declares_its_requirements_without_being_imported(tmp_path: Path) -> None:
+    source = tmp_path / "mine.py"
+    source.write_text('import not_installed_here\nREQUIREMENTS = ["transformers==5.24.0", "timm>=1.0"]\n')
+    assert corpus.declared_requirements(str(source), tmp_path) == ("transformers==5.24.0", "timm>=1.0")
+    assert corpus.declared_requirements("examples/hf_models.py", ROOT) == ("transformers==5.24.0",)
+    assert corpus.declared_requirements("models.articles", ROOT) == ()  # a dotted module, none declared
+    source.write_text("REQUIREMENTS = ['torch==2.1']\n")
+    with pytest.raises(HarnessError, match=r"REQUIREMENTS: torch is pinned by \[export\] itself"):
+        corpus.declared_requirements(str(source), tmp_path)
+    source.write_text("REQUIREMENTS = [name for name in ('a',)]\n")
+    with pytest.raises(HarnessError, match=r"REQUIREMENTS must be a literal list of strings"):
+        corpus.declared_requirements(str(source), tmp_path)
+
+
+def test_a_missing_package_is_one_line_naming_the_option_that_adds_it(tmp_path: Path) -> None:
+    source = tmp_path / "needs_pkg.py"
+    source.write_text("import no_such_package_xyz.sub\n")
+    registry = corpus.load([str(source)], tmp_path)
+    (line,) = registry.import_failures
+    assert line == (
+        f"corpus {source}: import failed: ModuleNotFoundError: No module named 'no_such_package_xyz'; add the package that "
+        "provides 'no_such_package_xyz' to the export environment: `nox -s matrix -- --with no_such_package_xyz` for one "
+        'run, REQUIREMENTS = ["no_such_package_xyz==..."] in the corpus file, or [export] requirements in matrix.toml'
+    )
+    (tmp_path / "helpers.py").write_text("import does_not_exist_either\n")  # a local module's own typo: no package hint
+    local = tmp_path / "local.py"
+    local.write_text("import helpers\n")
+    (line,) = corpus.load([str(local)], tmp_path).import_failures
+    assert line.endswith(
+        "No module named 'does_not_exist_either'; add the package that provides 'does_not_exist_either' to the export "
+        "environment: `nox -s matrix -- --with does_not_exist_either` for one run, "
+        'REQUIREMENTS = ["does_not_exist_either==..."] in the corpus file, or [export] requirements in matrix.toml'
+    )
+    (tmp_path / "pkg").mkdir()  # a folder of the user's own tree that is not importable: no package to install
+    (tmp_path / "uses_pkg.py").write_text("import pkg.missing\n")
+    (line,) = corpus.load([str(tmp_path / "uses_pkg.py")], tmp_path).import_failures
+    assert line.endswith("No module named 'pkg.missing'"), line
+
+
+BAD_TOLERANCES = [
+    ({"atol": float("nan")}, r"atol must be a finite number >= 0, got nan"),
+    ({"scaled": -1.0}, r"scaled must be a finite number >= 0, got -1.0"),
+    ({"export_timeout": 0}, r"export_timeout must be > 0 seconds, got 0"),
+    ({"output_tolerance": {"out0": {"atol": 1.0}}}, r"output_tolerance keys are output indices \(0, 1, \.\.\.\), got 'out0'"),
+    ({"output_tolerance": {0: {"atl": 1.0}}}, r"output_tolerance\[0\]: unknown key 'atl'; use atol, rtol, scaled"),
+    ({"output_tolerance": {0: {"rtol": float("inf")}}}, r"output_tolerance\[0\]\['rtol'\] must be a finite number >= 0, got inf"),
+]
+
+
+@pytest.mark.parametrize(("fields", "pattern"), BAD_TOLERANCES)
+def test_a_tolerance_that_is_not_a_number_is_refused(fields: dict, pattern: str) -> None:  # type: ignore[type-arg]
+    case = corpus.Case(name="tol", model=lambda: None, inputs=lambda: {}, source_file="mine.py", **fields)  # type: ignore[arg-type,return-value]
+    with pytest.raises(HarnessError, match=pattern):
+        corpus.Registry().add(case)
