@@ -380,7 +380,7 @@ def declared_requirements(source: str, root: Path) -> tuple[str, ...]:
             value = None
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise HarnessError(f"{source}: {REQUIREMENTS} must be a literal list of strings such as [\"transformers==5.24.0\"]")
-        return parse_requirements(source, REQUIREMENTS, list(value))
+        return parse_requirements(f"{source}: {REQUIREMENTS}", list(value))
     return ()
 
 

@@ -660,7 +660,7 @@ def requirements_of(matrix: Matrix, extra: Sequence[str], corpus: Sequence[str],
     from harness.matrix import parse_requirements
 
     declared = [r for source in corpus for r in corpus_mod.declared_requirements(source, root)]
-    given = parse_requirements("--with", "--with", list(extra))
+    given = parse_requirements("--with", list(extra))
     return list(dict.fromkeys([*matrix.export.requirements, *given, *declared]))
 
 

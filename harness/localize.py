@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.compare import compare, describe, tolerance_of
-from harness.records import DiffStats, ExportRecord, first_line
+from harness.records import DiffStats, ExportRecord, error_line, first_line
 from harness.workers import die_with_parent
 
 if TYPE_CHECKING:
@@ -536,15 +536,15 @@ def torch_divergence(
         agrees with the graph but not with eager torch, or None.
     """
     try:
-        values, targets, outputs = _run_program(exported_program, args)
+        values, targets, names = _run_program(exported_program, args)
     except GuardFailure as exc:
         return {"guard": first_line(str(exc))}
     except Exception as exc:
         return {"error": f"the exported program fails on this probe: {type(exc).__name__}: {first_line(str(exc))}"}
     if aliases is None:  # the graph outputs come first in the debug model's order
-        first = list(reference)[: len(outputs)]
+        first = list(reference)[: len(names)]
         aliases = {
-            fx: name for fx, name in zip(outputs, first, strict=False) if fx and fx not in reference and name not in values
+            fx: name for fx, name in zip(names, first, strict=False) if fx and fx not in reference and name not in values
         }
     alias = dict(aliases)
     for fx, value in values.items():
@@ -558,7 +558,7 @@ def torch_divergence(
                 found["fx"] = fx
             return found
     if eager is not None:
-        program_outs = [values.get(n) for n in outputs]
+        program_outs = [values.get(n) for n in names]
         if all(v is not None for v in program_outs):
             ok, stats = compare(list(eager), program_outs, atol=atol, rtol=rtol, scaled=scaled, outputs=outputs)  # type: ignore[arg-type]
             if not ok:
@@ -596,7 +596,7 @@ def _reference_values(
         try:
             psess = reference_session(model_path)
         except Exception as exc:
-            return {"problem": f"cannot load the model: {type(exc).__name__}: {first_line(str(exc))}"}
+            return {"problem": f"cannot load the model: {type(exc).__name__}: {error_line(str(exc))}"}
         names = [o.name for o in psess.get_outputs()]
         with IntermediatesWriter(plain_out) as outs:
             for probe, given in feeds.items():
@@ -611,7 +611,7 @@ def _reference_values(
     try:
         sess = reference_session(debug_path)
     except Exception as exc:
-        return {"problem": f"cannot load the debug model: {type(exc).__name__}: {first_line(str(exc))}"}
+        return {"problem": f"cannot load the debug model: {type(exc).__name__}: {error_line(str(exc))}"}
     inputs = [i.name for i in sess.get_inputs()]
     writer = IntermediatesWriter(out_path)
     try:
@@ -1073,7 +1073,7 @@ def localize_cell(
             reuse["debug"] = ort.InferenceSession(str(art / DEBUG_MODEL), sess_options=so, providers=list(providers))
         got = run_values(reuse["debug"], feeds)
     except Exception as exc:
-        out["error"] = f"debug model: {type(exc).__name__}: {first_line(str(exc))}"
+        out["error"] = f"debug model: {type(exc).__name__}: {error_line(str(exc))}"
         return out
     noise: dict[str, Any] = {}
     found = first_divergence(nodes, got, want, atol=atol, rtol=rtol, scaled=scaled, noise=noise)

@@ -395,18 +395,17 @@ def requirement_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~\s]", requirement.strip(), maxsplit=1)[0]).lower()
 
 
-def parse_requirements(file: str, where: str, requirements: Sequence[str]) -> tuple[str, ...]:
-    """Validate export requirements (``transformers==5.24.0``, ``timm>=1.0``): one line per problem."""
+def parse_requirements(where: str, requirements: Sequence[str]) -> tuple[str, ...]:
+    """Validate export requirements (``transformers==5.24.0``, ``timm>=1.0``): one line per problem, starting
+    with ``where`` they were given (``matrix.toml: export.requirements``, ``--with``)."""
     out = []
     for req in requirements:
         text = req.strip()
         if not _REQUIREMENT.match(text):
-            raise HarnessError(f'{file}: {where}: {req!r} is not a requirement; write "name==version" (or a range)')
+            raise HarnessError(f'{where}: {req!r} is not a requirement; write "name==version" (or a range)')
         name = requirement_name(text)
         if name in _EXPORT_PINNED:
-            raise HarnessError(
-                f"{file}: {where}: {name} is pinned by [export] itself; change [export] {name.split('-')[0]} instead"
-            )
+            raise HarnessError(f"{where}: {name} is pinned by [export] itself; change [export] {name.split('-')[0]} instead")
         out.append(text)
     return tuple(dict.fromkeys(out))
 
@@ -451,7 +450,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         onnx=ex.get("onnx", str),
         onnxscript=ex.get("onnxscript", str),
         onnxruntime=ex.get("onnxruntime", str, ""),
-        requirements=parse_requirements(file, "export.requirements", ex.strings("requirements", [], nonempty=False)),
+        requirements=parse_requirements(f"{file}: export.requirements", ex.strings("requirements", [], nonempty=False)),
         timeout=float(ex.number("timeout", 600, minimum=1)),
         reference_timeout=float(ex.number("reference_timeout", 300, minimum=1)),
         intermediates_mib=float(ex.number("intermediates_mib", 64)),

@@ -425,3 +425,17 @@ def first_line(message: str, limit: int = 300) -> str:
         if line:
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return ""
+
+
+_LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
+_SOURCE_LOC = re.compile(r"\S+\.(?:cc|cpp|h):\d+ (?:(?:[\w:<>*&]+ )?[\w:~<>]+\(.*?\)(?: const)? )?")
+
+
+def error_line(message: str) -> str:
+    """onnxruntime's message without the file path and C++ source location, so the same
+    refusal reads the same on every machine and runtime (``[ONNXRuntimeError] : 1 : FAIL :
+    Unsupported model IR version: 10, max supported IR version: 9``)."""
+    text = " ".join(_SOURCE_LOC.sub("", _LOAD_PREFIX.sub("", message)).split())  # detail lines belong to it
+    if len(text) > 300:  # onnxruntime often puts the verdict last ("... support ... is till opset 19.")
+        text = text[:180] + " … " + text[-117:]
+    return text

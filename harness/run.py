@@ -528,7 +528,7 @@ def _correctness(
     """
     cells: dict[str, CellRecord] = {}
     gate = MemoryGate(_session_mib)
-    started = {id(t): time.monotonic() for t in tasks}
+    started: dict[int, float] = {}  # when each task was handed to a worker (its first item says how long ago)
 
     def finished(task: dict[str, Any]) -> None:
         if progress is not None:
@@ -558,6 +558,7 @@ def _correctness(
         ):
             task, state = outcome.task, states[id(outcome.task)]
             rec = records[Path(task["dir"]).name]
+            started.setdefault(id(task), time.monotonic() - outcome.seconds)
             if outcome.kind == "item":
                 item = outcome.value
                 if "cell" in item:
@@ -588,7 +589,7 @@ def _correctness(
                 yield cell
             if rest:
                 again.append({**task, "probes": rest})
-                started[id(again[-1])] = started.get(id(task), time.monotonic())
+                started[id(again[-1])] = started[id(task)]
             else:
                 finished(task)
         tasks = again

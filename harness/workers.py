@@ -122,12 +122,11 @@ class _Worker:
         self.conn.close()
 
     def retire(self) -> None:
-        """Ask an idle worker to exit and wait a moment: its exit handlers run (a semaphore a library made,
-        tqdm's lock say, is unlinked rather than reported leaked); killed if it does not go."""
+        """Ask an idle worker to exit on its own, without waiting for it: its exit handlers run (a semaphore
+        a library made, tqdm's lock say, is unlinked rather than reported leaked). :func:`run_tasks` reaps it
+        later, or kills it if it does not go within :data:`_RETIRE_SECONDS`."""
         with contextlib.suppress(OSError):
             self.conn.send(None)
-        self.proc.join(5)
-        self.kill()
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -184,6 +183,7 @@ def run_tasks(
         ctx = _FORKSERVER
         ctx.set_forkserver_preload(list(preload))
     pool = [_Worker(init, initargs, log, ctx) for _ in range(max(1, min(workers, len(queue))))]
+    retiring: list[tuple[_Worker, float]] = []  # fresh workers whose task is done, exiting on their own
     beat = time.monotonic()
     try:
         while queue or any(w.task is not None for w in pool):
@@ -214,6 +214,7 @@ def run_tasks(
                     yield outcome
                 if done:  # its one task is over: it exits as a process should (its semaphores, temp folders go)
                     w.retire()
+                    retiring.append((w, now + _RETIRE_SECONDS))
                 if dead or done:
                     if dead:
                         w.kill()
@@ -222,6 +223,7 @@ def run_tasks(
                 else:
                     survivors.append(w)
             pool = survivors
+            retiring = [(w, by) for w, by in retiring if not _gone(w, by, now)]
     finally:
         for w in pool:
             with contextlib.suppress(OSError):
@@ -229,6 +231,21 @@ def run_tasks(
         for w in pool:
             w.proc.join(2)
             w.kill()
+        for w, by in retiring:
+            w.proc.join(max(0.0, by - time.monotonic()))
+            w.kill()
+
+
+_RETIRE_SECONDS = 5.0
+"""How long a retired worker may take to exit before it is killed."""
+
+
+def _gone(w: _Worker, by: float, now: float) -> bool:
+    """Whether a retired worker has exited (reaped), or overstayed ``by`` (killed)."""
+    if w.proc.is_alive() and now < by:
+        return False
+    w.kill()  # reaps an exited process; kills one that overstayed
+    return True
 
 
 def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Outcome | None, bool]:

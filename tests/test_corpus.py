@@ -66,3 +66,21 @@ def test_a_tolerance_that_is_not_a_number_is_refused(fields: dict, pattern: str)
     case = corpus.Case(name="tol", model=lambda: None, inputs=lambda: {}, source_file="mine.py", **fields)  # type: ignore[arg-type,return-value]
     with pytest.raises(HarnessError, match=pattern):
         corpus.Registry().add(case)
+
+
+def test_the_export_requirements_merge_matrix_toml_the_command_line_and_the_corpus_files(tmp_path: Path) -> None:
+    from harness.export import requirements_of
+    from harness.matrix import load
+
+    text = (ROOT / "matrix.toml").read_text().replace(
+        'onnxruntime = "1.32.0"\n', 'onnxruntime = "1.32.0"\nrequirements = ["timm==1.0.20"]\n', 1
+    )
+    (tmp_path / "matrix.toml").write_text(text)
+    matrix = load(tmp_path / "matrix.toml")
+    assert matrix.export.requirements == ("timm==1.0.20",)
+    got = requirements_of(matrix, ["einops>=0.8", "timm==1.0.20"], [*matrix.corpus, "examples/hf_models.py"], ROOT)
+    assert got == ["timm==1.0.20", "einops>=0.8", "transformers==5.24.0"]  # each once, matrix.toml's first
+    with pytest.raises(HarnessError, match=r"^--with: onnxruntime is pinned by \[export\] itself"):
+        requirements_of(matrix, ["onnxruntime==1.20.1"], [], ROOT)
+    with pytest.raises(HarnessError, match=r"^--with: 'https://example.com/x.whl' is not a requirement"):
+        requirements_of(matrix, ["https://example.com/x.whl"], [], ROOT)

@@ -347,6 +347,24 @@ def test_first_divergence_semantics() -> None:
     assert found is not None and found["node"] == "n2"
 
 
+def test_a_node_within_fp32_noise_is_not_where_a_mismatch_starts() -> None:
+    """n0's output is off by 2e-3 on values up to 1000 (2e-6 of its scale): beyond atol + rtol * |ref| near zero,
+    within `scaled`. The mismatch starts at n1; the line says the nodes before it differ only within fp32 noise."""
+    want = _values(a=np.array([1000.0, 0.0, 3.0], dtype=np.float32))
+    got = _values(a=np.array([1000.0, 2e-3, 3.0], dtype=np.float32), i=np.array([2, 1]))
+    assert localize.first_divergence(NODES, got, want, atol=ATOL, rtol=RTOL)["node"] == "n0"  # element-wise only
+    noise: dict[str, object] = {}
+    found = localize.first_divergence(NODES, got, want, atol=ATOL, rtol=RTOL, scaled=1e-5, noise=noise)
+    assert found is not None and found["node"] == "n1"
+    assert noise["node"] == "n0" and noise["error"] == pytest.approx(2e-6, rel=1e-3)
+    line = localize.describe_localization({"runtime": found, "noise": noise})
+    assert line.endswith(
+        "(the nodes before it differ only within fp32 noise, the first at node n0 (MatMul): error 2e-06 of its largest |value|)"
+    )
+    only = localize.describe_localization({"noise": noise, "across_nodes": "x"})
+    assert only.startswith("every node is within fp32 noise of the reference (the first to differ at all: node n0 (MatMul)")
+
+
 # --- the runtime side, end to end: prepare() at export time, localize_cell() at run time ----------
 
 
@@ -473,7 +491,7 @@ def test_torch_divergence_reports_a_failed_guard(attention: tuple[Any, onnx.Mode
 
 def _corpus_artifact(name: str, art: Path) -> tuple[corpus.Case, dict[str, Any]]:
     """A corpus case exported by dynamo at opset 18 as the harness does, with prepare() run on it."""
-    case = corpus.load(["models.articles", "models.tracing"], ROOT)[name]
+    case = corpus.load(["models.articles", "models.tracing", "models.attention"], ROOT)[name]
     model = case.model().eval()
     example = dict(case.inputs())
     probes = case.all_probes()
@@ -486,7 +504,9 @@ def _corpus_artifact(name: str, art: Path) -> tuple[corpus.Case, dict[str, Any]]
     assert program is not None
     program.save(str(art / "model.onnx"), external_data=False)
     _write_reference(art, probes, model)
-    return case, localize.prepare(art, probes, atol=ATOL, rtol=RTOL, exported_program=program.exported_program)
+    # The tolerance as the export stage hands it on (ExportRecord.tolerance): per-output settings included.
+    tolerance = {"atol": ATOL, "rtol": RTOL, "scaled": 1e-5, "outputs": {}}
+    return case, localize.prepare(art, probes, **tolerance, exported_program=program.exported_program)
 
 
 def test_prepare_localizes_nan_chain_to_the_division(tmp_path: Path) -> None:
@@ -513,3 +533,11 @@ def test_prepare_blames_the_capture_when_the_program_differs_from_eager(tmp_path
     _, info = _corpus_artifact("split_count_frozen", tmp_path)
     assert info["probes"]["width12"]["torch"] == {"capture": "output 0: shape (2, 2), eager (2, 3)"}
     assert "error" in info["probes"]["width4"]  # the reference runtime cannot run that probe at all (a run-fail cell)
+
+
+def test_prepare_blames_the_capture_of_values_the_same_shape_as_eagers(tmp_path: Path) -> None:
+    """Corpus case transformer_encoder_padding: torch.export traces the encoder's fast path off, so the program
+    (and the graph, which agrees with it) pad where eager torch's nested tensors do not: same shapes, other values."""
+    _, info = _corpus_artifact("transformer_encoder_padding", tmp_path)
+    found = info["probes"]["example"]["torch"]
+    assert set(found) == {"capture"} and "elements differ" in found["capture"], found

@@ -35,7 +35,7 @@ from harness.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
 from harness.cache import digest, sha256_file
 from harness.compare import compare, describe
 from harness.matrix import PROVIDERS, split_column
-from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line
+from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, error_line, first_line
 
 _ORT: Any = None
 _CPU = PROVIDERS["cpu"]
@@ -80,20 +80,6 @@ def _gpu_libraries() -> dict[str, str]:
         if name.startswith(("nvidia-", "tensorrt")):
             found[name] = dist.version
     return {"gpu_libraries": ", ".join(f"{k}=={v}" for k, v in sorted(found.items()))} if found else {}
-
-
-_LOAD_PREFIX = re.compile(r"Load model from .*? failed:\s*")
-_SOURCE_LOC = re.compile(r"\S+\.(?:cc|cpp|h):\d+ (?:(?:[\w:<>*&]+ )?[\w:~<>]+\(.*?\)(?: const)? )?")
-
-
-def error_line(message: str) -> str:
-    """onnxruntime's message without the file path and C++ source location, so the same
-    refusal reads the same on every machine and runtime (``[ONNXRuntimeError] : 1 : FAIL :
-    Unsupported model IR version: 10, max supported IR version: 9``)."""
-    text = " ".join(_SOURCE_LOC.sub("", _LOAD_PREFIX.sub("", message)).split())  # detail lines belong to it
-    if len(text) > 300:  # onnxruntime often puts the verdict last ("... support ... is till opset 19.")
-        text = text[:180] + " … " + text[-117:]
-    return text
 
 
 def provider_problem(provider: str) -> str | None:
