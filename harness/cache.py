@@ -72,11 +72,12 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 def signature(path: str | os.PathLike[str]) -> list[int]:
-    """What changes whenever a file's bytes do: size, modification and change times, inode. A file whose
-    signature is the one recorded when its hash was last checked need not be read again (a store of real
-    models is gigabytes; a warm rerun checks it in milliseconds)."""
+    """What changes whenever a file's bytes are written: size, modification time, inode and device. A file
+    whose signature is the one recorded when its hash was last checked need not be read again (a store of
+    real models is gigabytes; a warm rerun checks it in milliseconds). Not the change time: every hard link
+    made to a file changes it (the store's views, a reproducer's model), as git's ``core.trustctime`` notes."""
     st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
 
 
 def verify(path: str | os.PathLike[str], sha: str, recorded: Iterable[int] | None = None) -> tuple[bool, list[int]]:

@@ -215,6 +215,7 @@ def your_models(cells: list[CellRecord], mine: list[str], cards: Mapping[str, Ma
     runtime (``recommend`` for that model alone), then what fails where, each failure once with the
     opsets and runtimes it covers."""
     columns = group_by((c for c in cells if c.case in mine), "runtime", "provider")
+    whole = group_by(cells, "runtime", "provider")  # a column's every cell, once: recommend breaks ties with them
     order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}
     keys = sorted(columns, key=lambda k: (order[k[0]], k[1]))
     labels = [column_label(pin, provider, providers) for pin, provider in keys]
@@ -224,7 +225,7 @@ def your_models(cells: list[CellRecord], mine: list[str], cards: Mapping[str, Ma
         row = [case]
         for pin, provider in keys:
             try:
-                answer = recommend.recommend(cells, pin, provider, [case], case)
+                answer = recommend.recommend(whole[(pin, provider)], pin, provider, [case], case)
             except HarnessError:
                 row.append("not measured")
                 continue

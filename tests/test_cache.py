@@ -8,6 +8,7 @@ shard line is found by its hash and redone, never trusted.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,28 @@ def test_the_store_finds_a_damaged_entry_and_prunes_old_versions(tmp_path: Path)
     assert store.check("nope") == "not cached"
     assert store.prune(keep={"k0"}, versions=2) == 2  # k4, k3 are the newest two; k0 is kept as asked
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["k0", "k3", "k4"]
+
+
+def test_a_store_file_is_read_again_only_when_it_was_written_since(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store of real models is gigabytes: a check trusts a file whose size, modification time and inode
+    are those recorded when it was last hashed (hard links to it change none of them), and hashes it again
+    as soon as it was written, even to the same size."""
+    store = cache.ExportStore(tmp_path / "store")
+    tmp = store.begin("k")
+    (tmp / "model.onnx").write_bytes(b"weights " * 1000)
+    store.commit("k", "case.torchscript.op18", tmp)
+    store.link("k", tmp_path / "view")
+    (tmp_path / "elsewhere").mkdir()
+    os.link(tmp_path / "view" / "model.onnx", tmp_path / "elsewhere" / "model.onnx")  # as a reproducer links it
+    read: list[str] = []
+    real = cache.sha256_file
+    monkeypatch.setattr(cache, "sha256_file", lambda path: read.append(str(path)) or real(path))
+    assert store.check("k") is None and read == [], "nothing written since it was hashed: nothing read"
+    path = tmp_path / "view" / "model.onnx"
+    before = path.stat().st_mtime_ns
+    path.write_bytes(b"WEIGHTS " * 1000)  # the same size, other bytes
+    os.utime(path, ns=(before, before + 1))
+    assert "does not match its recorded SHA-256" in (store.check("k") or "") and read
 
 
 @pytest.fixture()
