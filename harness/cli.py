@@ -120,7 +120,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
     p.add_argument("--provider", default="cpu", help="cpu, cuda, tensorrt or tensorrt-fp16 (default: cpu)")
-    p.add_argument("--results", default="results/matrix.jsonl", help="a published matrix.jsonl or its folder (default: results/)")
+    p.add_argument(
+        "--results", default=None, help="a published matrix.jsonl or its folder (default: the results/ of this checkout)"
+    )
     p.add_argument(
         "--corpus", action="append", default=[], metavar="FILE", help="select the cases of this corpus file (repeatable)"
     )
@@ -305,7 +307,7 @@ def _answer(args: argparse.Namespace) -> int:
         result = diff.diff(old, new, pair=not args.strict_pins)
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
-    source = str(published.table_path(args.results))
+    source = str(published.table_path(args.results or published.default_results()))
     cells = published.read_cells(source)
     runtime = recommend.resolve_runtime(args.runtime, cells, source)
     names, selection = recommend.select(

@@ -21,6 +21,18 @@ CASES = "cases.json"
 """Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
 
 
+def default_results() -> Path:
+    """The published ``results/`` of the checkout this package runs from, wherever the command is started
+    (``results/`` under the current directory when the package is installed elsewhere)."""
+    here = Path(__file__).resolve().parent.parent / "results"
+    if not (here / "matrix.jsonl").is_file():
+        return Path("results")
+    try:
+        return here.relative_to(Path.cwd().resolve())  # said as results/ from the checkout itself
+    except ValueError:
+        return here
+
+
 def table_path(path: str | Path) -> Path:
     """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
     p = Path(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -61,8 +62,10 @@ class Answer:
 
 def resolve_runtime(spec: str, cells: Iterable[CellRecord], source: str) -> str:
     """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (``ortgpu-1.31.1``, ``trt-10.13.3.9``) → a pin the
-    table measured, or one line naming the nearest measured ones."""
+    table measured, or one line naming the nearest measured ones (or saying that it is not a version)."""
     pins = runtime_order(c.runtime for c in cells)
+    versions = [p.split("==")[1] for p in pins]
+    measured = f"{versions[0]} … {versions[-1]}" if len(pins) > 2 else ", ".join(pins) or "nothing"
     text = spec.strip()
     if text.startswith(("ort-", "ortgpu-", "trt-")):
         prefix, _, version = text.partition("-")
@@ -73,12 +76,17 @@ def resolve_runtime(spec: str, cells: Iterable[CellRecord], source: str) -> str:
     if text in pins:
         return text
     package, _, version = text.partition("==")
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        example = f"--runtime {versions[-1]}" if versions else "--runtime 1.20.1"
+        raise HarnessError(
+            f"--runtime {spec}: {version!r} is not a version: give a measured one as 1.20.1, onnxruntime==1.20.1 "
+            f"or ort-1.20.1, e.g. {example} (measured: {measured})"
+        )
     same = [p for p in pins if p.split("==")[0] == package] or pins
     want = version_tuple(version)
     older = [p for p in same if version_tuple(p.split("==")[1]) < want]
     newer = [p for p in same if version_tuple(p.split("==")[1]) > want]
     nearest = [p for p in (newer[:1] + older[-1:]) if p]
-    measured = f"{pins[0].split('==')[1]} … {pins[-1].split('==')[1]}" if len(pins) > 2 else ", ".join(pins)
     raise HarnessError(
         f"--runtime {spec}: {text} is not in {source}; nearest measured: {', '.join(nearest) or 'none'} "
         f"(measured: {measured}); pick one of those, or run it: add it to matrix.toml and `nox -s matrix`"
@@ -127,6 +135,11 @@ def select(
         if not cards:
             raise HarnessError(f"--corpus {given}: {source} has no cases.json beside it to say which file each case came from")
         mine = [c for c in measured if _same_file(given, cards.get(c, {}).get("source_file", ""))]
+        if not mine and not Path(given).is_file():
+            raise HarnessError(
+                f"--corpus {given}: no such file; give the path of the corpus file whose cases you measured "
+                f"(a .py file, as passed to `nox -s matrix -- --corpus`)"
+            )
         if not mine:
             files = sorted({cards[c].get("source_file", "") for c in measured if c in cards} - {""})
             raise HarnessError(

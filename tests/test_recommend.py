@@ -4,6 +4,7 @@ out here independently from matrix.jsonl's raw rows; and the selection, ranking 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,9 @@ def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None
         (["--runtime", "1.17.3", "--cases", "frozen_bach"], "did you mean 'frozen_batch'?"),
         (["--runtime", "1.17.3", "--corpus", "examples/my_models.py"], "nox -s matrix -- --corpus examples/my_models.py"),
         (["--runtime", "1.17.3", "--results", "nowhere/matrix.jsonl"], "nowhere/matrix.jsonl: no such file"),
+        (["--runtime", "abc"], "--runtime abc: 'abc' is not a version"),
+        (["--runtime", "ort-1.x"], "'1.x' is not a version"),
+        (["--runtime", "1.17.3", "--corpus", "no/such_models.py"], "--corpus no/such_models.py: no such file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
@@ -122,6 +126,19 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
     assert proc.stdout == ""
+
+
+def test_the_default_table_is_the_checkouts_wherever_it_is_asked(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+    """Started from another folder (which has no results/), the answer still comes from this checkout's table."""
+    newest = max({r["runtime"] for r in rows}, key=_version)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "recommend", "--runtime", newest],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stdout.startswith(f"{newest} on cpu, ") and "recommended: " in proc.stdout
+    here = harness("recommend", "--runtime", newest)
+    assert proc.stdout == here.stdout
 
 
 def _cell(case: str, exporter: str, opset: int, status: Status, runtime: str = "onnxruntime==1.20.1") -> CellRecord:
