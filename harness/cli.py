@@ -313,6 +313,7 @@ def _answer(args: argparse.Namespace) -> int:
     names, selection = recommend.select(
         cells, published.read_cases(source), source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all
     )
-    answer = recommend.recommend(cells, runtime, args.provider, names, selection)
+    loads = published.read_frontier(source).get(runtime)
+    answer = recommend.recommend(cells, runtime, args.provider, names, selection, loads)
     print(recommend.render(answer))
     return 0 if answer.best else 1

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache
+from harness import cache, frontier
 from harness import corpus as corpus_mod
 from harness.errors import HarnessError
 from harness.matrix import Matrix, Profile
@@ -830,6 +830,9 @@ def export_all(
         "reference_python": sys.executable,
     }
     write_json(out / MANIFEST, manifest)
+    index = frontier.write_models(out)  # what each run session loads to measure its runtime's frontier
+    echo(f"frontier: {len(index['files'])} one-node models, IR {index['irs'][0]}–{index['irs'][-1]} × opset "
+         f"{index['opsets'][0]}–{index['opsets'][-1]} (onnx {index['onnx']})")
     store.prune(address.values())
     done = [records[k.id] for k in keys]
     _stamp(

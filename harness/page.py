@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.frontier import describe
 from harness.published import column_label, runtime_order
 from harness.records import CellRecord, ExportRecord, Status
 
@@ -76,6 +77,13 @@ def _detail(c: CellRecord) -> dict[str, Any]:
     return data
 
 
+def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
+    """``{"loads": "loads up to IR 9 / opset 19", "loads_short": "IR≤9 op≤19"}`` for a measured frontier."""
+    if not result or result.get("max_ir") is None:
+        return {}
+    return {"loads": describe(result), "loads_short": f"IR≤{result['max_ir']} op≤{result['max_opset']}"}
+
+
 def _install(pin: str, constraints: Sequence[str]) -> tuple[str, ...]:
     """What a reproducer needs: the runtime, its constraints, numpy (native TensorRT: Polygraphy's runner)."""
     if pin.startswith("tensorrt=="):
@@ -100,8 +108,11 @@ def data(
     environment: Mapping[str, Any],
     legend: Mapping[Status, str],
     counts: Mapping[str, int],
+    frontier: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows, compactly: columns, cases, artifact rows, and one short array per cell."""
+    """Everything the page shows, compactly: columns, cases, artifact rows, and one short array per cell;
+    a column's header says what its runtime loads, where ``frontier`` measured it."""
+    frontier = frontier or {}
     exports = list(exports)
     strings = _Interned()
     details = _Interned()
@@ -142,6 +153,7 @@ def data(
                 "install": " ".join(f'"{req}"' for req in _install(pin, constraints.get(pin, ()))),
                 "reproduce": _reproduce(pin, p),
             }
+            | _loads(frontier.get(pin))
             for pin, p in columns
         ],
         "cases": [

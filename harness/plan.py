@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache, export, run
+from harness import cache, export, frontier, run
 from harness.matrix import Matrix, Profile, Runtime
 
 REPORT_STAMP = "report.stamp.json"
@@ -95,6 +95,8 @@ def plan(
             runs[rt.id] = "the export runs first"
             continue
         runs[rt.id] = next((w for p in profile.columns(rt) if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
+        if runs[rt.id] is None and frontier.applies(rt.package):
+            runs[rt.id] = frontier.why_stale(out, rt.id)
     report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
     if report_why is None:
         report_why = _report_why(out, profile, results, matrix.corpus)
@@ -124,7 +126,7 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
             return f"{art_id}: cache entry {why}"
         if not store.linked(entry["key"], out / "artifacts" / art_id):
             return f"{out / 'artifacts' / art_id} differs from its cache entry"
-    return None
+    return frontier.models_missing(out)
 
 
 def _run_why(out: Path, matrix: Matrix, runtime: Runtime, provider: str, stamp: Mapping[str, Any]) -> str | None:
@@ -154,7 +156,11 @@ def _report_code() -> tuple[str, ...]:
 def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
     """A digest of what the report reads: the manifest, every artifact's record (by its export's
     content address: cards, claims, graphs), the profile's shards, the harness's code."""
-    files = [out / export.MANIFEST, *(run.shard_path(out, rt, p) for rt, p in profile.shards())]
+    files = [
+        out / export.MANIFEST,
+        *(run.shard_path(out, rt, p) for rt, p in profile.shards()),
+        *(frontier.result_path(out, rt.id) for rt in profile.runtimes),
+    ]
     hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
     stamp = cache.read_json(out / export.STAMP)
     exports = stamp.get("artifacts") if isinstance(stamp, dict) else None

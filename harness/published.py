@@ -33,6 +33,16 @@ def default_results() -> Path:
         return here
 
 
+def read_frontier(table: str | Path) -> dict[str, dict[str, Any]]:
+    """``frontier.json`` beside a published ``matrix.jsonl``: what each runtime loads ({} without one)."""
+    path = Path(table).with_name("frontier.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def table_path(path: str | Path) -> Path:
     """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
     p = Path(path)

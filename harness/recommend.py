@@ -16,7 +16,9 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from harness import frontier
 from harness.errors import HarnessError
 from harness.matrix import version_tuple
 from harness.published import group_by, runtime_order, why
@@ -54,6 +56,8 @@ class Answer:
     cases: tuple[str, ...]
     options: tuple[Option, ...]
     """Best first: every (exporter, opset) the table measured on this runtime × provider."""
+    frontier: str | None = None
+    """What the runtime loads, measured (``loads up to IR 9 / opset 19 (measured)``)."""
 
     @property
     def best(self) -> Option | None:
@@ -162,8 +166,16 @@ def select(
     return safe, f"{len(safe)} cases: {kinds} (--all for every case, --corpus for yours)"
 
 
-def recommend(cells: Sequence[CellRecord], runtime: str, provider: str, cases: Sequence[str], selection: str) -> Answer:
-    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``."""
+def recommend(
+    cells: Sequence[CellRecord],
+    runtime: str,
+    provider: str,
+    cases: Sequence[str],
+    selection: str,
+    loads: Mapping[str, Any] | None = None,
+) -> Answer:
+    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``;
+    ``loads``, the runtime's measured frontier (:mod:`harness.frontier`), explains the refusals at load."""
     column = [c for c in cells if c.runtime == runtime and c.provider == provider]
     if not column:
         providers = sorted({c.provider for c in cells if c.runtime == runtime})
@@ -186,17 +198,30 @@ def recommend(cells: Sequence[CellRecord], runtime: str, provider: str, cases: S
             if not got:
                 failing.append((case, "not measured here"))
             elif any(c.status is not Status.PASS for c in got):
-                failing.append((case, why(got)))
+                failing.append((case, why(got) + _past_frontier(got, loads)))
         corpus = {k[2]: v for k, v in by_artifact.items() if k[:2] == (exporter, opset)}
         passing = sum(all(c.status is Status.PASS for c in got) for got in corpus.values())
         options.append(Option(exporter, opset, tuple(failing), len(cases), passing, len(corpus)))
     options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
-    return Answer(runtime, provider, selection, tuple(cases), tuple(options))
+    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
+    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line)
+
+
+def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -> str:
+    """`` (1.16.3 loads up to IR 9 / opset 19; the model is IR 10)`` for a refusal the frontier explains."""
+    refused = [c for c in got if c.status is Status.LOAD_FAIL]
+    if not loads or not refused:
+        return ""
+    c = refused[0]
+    said = frontier.explain(loads, c.ir_version, c.opset_actual or c.opset)
+    return f" ({said})" if said else ""
 
 
 def render(answer: Answer, *, examples: int = 6) -> str:
     """The answer as the command prints it."""
     lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:", ""]
+    if answer.frontier:
+        lines[-1:] = [f"{answer.runtime.split('==')[-1]} {answer.frontier}", ""]
     best = answer.best
     if best:
         every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"

@@ -24,14 +24,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, claims, history, page, plan, plots, recommend
+from harness import cache, claims, frontier, history, page, plan, plots, recommend
 from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
@@ -172,8 +172,17 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     figures = _plots(results, df, folded, _runtime_order(df["column"]))
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
     safe = recommend.safe_opsets(cells, names, selection)
+    loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
+    _write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
     payload = page.data(
-        cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts
+        cells,
+        exports,
+        repros=repros,
+        constraints=constraints,
+        environment=environment,
+        legend=LEGEND,
+        counts=counts,
+        frontier=loads,
     )
     _write_text(results / "index.html", page.render(payload))
 
@@ -194,6 +203,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         figures=figures,
         unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
         unmeasured_pins=unmeasured,
+        loads=loads,
+        runtimes=[rt.pin for rt in profile.runtimes],
     )
     _write_text(results / "README.md", text)
     summary = (
@@ -422,6 +433,8 @@ def _markdown(
     figures: list[tuple[str, str]],
     unmeasured: Mapping[str, str] | None = None,
     unmeasured_pins: Mapping[tuple[str, str], str] | None = None,
+    loads: Mapping[str, Mapping[str, Any]] | None = None,
+    runtimes: Sequence[str] = (),
 ) -> str:
     cases = list(dict.fromkeys(r.case for r in exports))
     columns = _runtime_order(df["column"])
@@ -444,6 +457,7 @@ def _markdown(
         "",
         *_problem_lines(env.get("problems", [])),
         *_safe_lines(safe, unmeasured_pins or {}),
+        *_frontier_lines(loads or {}, runtimes, exports),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -470,6 +484,51 @@ def _markdown(
         lines += _case_section(case, by_case[case], df[df["case"] == case], table, columns, verdicts[case])
     lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
+
+
+def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[str], exports: list[ExportRecord]) -> list[str]:
+    """"What each runtime loads": the measured frontier per runtime, and what the exporters write."""
+    if not loads:
+        return []
+    first = next(iter(loads.values()))
+    writes: dict[str, tuple[set[int], set[int]]] = {}
+    for r in exports:
+        if r.ok and r.ir_version is not None:
+            irs, opsets = writes.setdefault(r.exporter, (set(), set()))
+            irs.add(r.ir_version)
+            opsets.add(r.opset_actual or r.opset)
+    said = "; ".join(
+        f"{e} writes IR {', '.join(map(str, sorted(i)))} at opsets {', '.join(map(str, sorted(o)))}"
+        for e, (i, o) in sorted(writes.items())
+    )
+    lines = [
+        "## What each runtime loads",
+        "",
+        f"Measured, not declared: one `Add` node at every IR version {first['irs'][0]}–{first['irs'][-1]} × opset "
+        f"{first['opsets'][0]}–{first['opsets'][-1]} (all that onnx {first['onnx']} writes), loaded and run once on "
+        "each runtime's CPU provider. The refusal is the runtime's own first words past its frontier."
+        + (f" Here {said}." if said else ""),
+        "",
+    ]
+    table = []
+    for pin in [p for p in runtimes if p in loads] + sorted(set(loads) - set(runtimes)):
+        result = loads[pin]
+        reasons = result.get("reasons") or []
+        table.append(
+            [
+                pin,
+                result.get("max_ir") if result.get("max_ir") is not None else "none",
+                result.get("max_opset") if result.get("max_opset") is not None else "none",
+                _md_escape("; ".join(f"{_at(r)}{r['text']}" for r in reasons[:2]))
+                or f"none: loads every model onnx {result.get('onnx', '?')} writes",
+            ]
+        )
+    lines += [tabulate(table, headers=["runtime", "highest IR", "highest opset", "refusal past it"], tablefmt="github"), ""]
+    return lines
+
+
+def _at(reason: Mapping[str, Any]) -> str:
+    return f"IR {reason['ir']} / opset {reason['opset']}: " if reason.get("ir") is not None else ""
 
 
 def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, str], str]) -> list[str]:

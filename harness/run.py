@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import cache
+from harness import cache, frontier
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import PROVIDERS, Matrix, Runtime, split_column
@@ -424,6 +424,7 @@ def run_runtime(
                 {"inputs": inputs, "sha256": cache.sha256_file(path), "env": cache.environment(), "stats": stats.to_dict()},
             )
         all_cells.extend(cells.values())
+    frontier.measure_if_stale(out, runtime, force=force, echo=echo)
     return all_cells
 
 

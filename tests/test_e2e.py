@@ -121,6 +121,30 @@ def test_ir_version_10_is_a_load_fail_on_1_17_with_the_runtime_message(smoke: di
             assert c["error"].startswith("[ONNXRuntimeError]") and "model.onnx failed:" in c["error"]
 
 
+def test_each_runtime_s_frontier_is_measured_in_its_own_env(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    """The run sessions load the export's one-node models: 1.17.3 loads up to IR 9 / opset 20, as onnxruntime
+    documents it, and refuses IR 10 in its own words; the report publishes both and explains the refusals."""
+    loads = json.loads((build / "results" / "frontier.json").read_text())
+    assert set(loads) == {"onnxruntime==1.17.3", NEWEST.pin}
+    old, new = loads["onnxruntime==1.17.3"], loads[NEWEST.pin]
+    assert (old["version"], old["max_ir"], old["max_opset"]) == ("1.17.3", 9, 20)
+    assert any("Unsupported model IR version: 10, max supported IR version: 9" in r["text"] for r in old["reasons"])
+    assert new["version"] == NEWEST.version and new["max_ir"] >= 10 and new["max_opset"] >= 21
+    for c in smoke.values():  # every cell that loaded lies inside its runtime's frontier
+        f = loads[c["runtime"]]
+        if c["status"] in ("pass", "mismatch", "run-fail"):
+            assert c["ir_version"] <= f["max_ir"] and (c["opset_actual"] or c["opset"]) <= f["max_opset"]
+    readme = (build / "results" / "README.md").read_text()
+    assert "## What each runtime loads" in readme and "| onnxruntime==1.17.3 |            9 |              20 |" in readme
+    assert "IR≤9 op≤20" in (build / "results" / "index.html").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "recommend", "--runtime", "1.17.3", "--all", "--results", str(build / "results")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert "1.17.3 loads up to IR 9 / opset 20 (measured)" in proc.stdout
+    assert "(1.17.3 loads up to IR 9 / opset 20; the model is IR 10)" in proc.stdout
+
+
 def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
     for case in ("frozen_batch_fixed", "data_dependent_branch_fixed", "fft_rfft_matmul"):
         for rt in ("1.17.3", NEWEST.version):
