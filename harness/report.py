@@ -41,6 +41,8 @@ from harness.records import CellRecord, ExportRecord, Status, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
 
+CASE_PAGES = "cases"  # results/cases/<case>.md: one page per case, linked from README.md
+
 LEGEND = {
     Status.PASS: "ran, and every output matched torch within tolerance",
     Status.MISMATCH: "ran, but outputs differ from torch beyond tolerance (or NaN/inf where torch had none, or a shape differs)",
@@ -207,6 +209,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         runtimes=[rt.pin for rt in profile.runtimes],
     )
     _write_text(results / "README.md", text)
+    _write_case_pages(results, case_pages(df, exports, verdicts, profile, environment))
     summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -473,17 +476,50 @@ def _markdown(
     lines += [
         "## Per case",
         "",
-        "Cases in corpus order, each fixed twin after its case: " + ", ".join(f"[{c}](#{c})" for c in cases),
+        f"Each case has a page of its own in [{CASE_PAGES}/]({CASE_PAGES}/): its card, its rows across runtimes and "
+        "providers, its export facts, its failing cells with their reproducers, its latency. In corpus order, each "
+        "fixed twin after its case:",
         "",
     ]
+    cards = {r.case: r.card for r in exports}
+    for case in cases:
+        symptom = cards[case].get("symptom") or (f"fixed twin of {cards[case]['fixes']}" if cards[case].get("fixes") else "")
+        lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(symptom, 110))}" if symptom else ""))
+    lines += ["", "## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def case_pages(
+    df: pd.DataFrame, exports: list[ExportRecord], verdicts: dict[str, list[str]], profile: Profile, env: Mapping[str, Any]
+) -> dict[str, str]:
+    """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md``."""
+    columns = _runtime_order(df["column"])
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
         by_case.setdefault(r.case, []).append(r)
     table = _fold_table(df)
-    for case in cases:
-        lines += _case_section(case, by_case[case], df[df["case"] == case], table, columns, verdicts[case])
-    lines += ["## Environment", "", "```json", json.dumps(env, indent=1, sort_keys=True), "```", ""]
-    return "\n".join(lines)
+    footer = f"Profile **{profile.name}**, generated {env['generated']} by `nox -s matrix` from the committed code."
+    return {
+        case: "\n".join(
+            [*_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]), footer, ""]
+        )
+        for case, recs in by_case.items()
+    }
+
+
+def _page(case: str) -> str:
+    return f"{CASE_PAGES}/{case}.md"
+
+
+def _write_case_pages(results: Path, pages: Mapping[str, str]) -> None:
+    """Write each case's page; a page of a case the table no longer holds goes."""
+    folder = results / CASE_PAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    for case, text in pages.items():
+        _write_text(folder / f"{case}.md", text)
+    for old in folder.glob("*.md"):
+        if old.stem not in pages:
+            old.unlink()
 
 
 def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[str], exports: list[ExportRecord]) -> list[str]:
@@ -612,7 +648,7 @@ def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str], 
             for case, status in sorted(bad.items(), key=lambda kv: order.get(kv[0], 0)):
                 by_status.setdefault(status, []).append(case)
             text = "; ".join(
-                f"{Status(st).symbol} {st} ({len(names)}): " + ", ".join(f"[{n}](#{n})" for n in names)
+                f"{Status(st).symbol} {st} ({len(names)}): " + ", ".join(names)
                 for st, names in sorted(by_status.items(), key=lambda kv: -Status(kv[0]).severity)
             )
             failing_lines.append(f"- **{exporter} opset {opset}**, {len(bad)} failing: {text}")
@@ -719,7 +755,7 @@ def _summary(
     for case in cases:
         cells = table.get(case, {})
         for exporter, opset in sorted({(e, o) for e, o, _ in cells}):
-            label = f"[{case}](#{case})" if links else case
+            label = f"[{case}]({_page(case)})" if links else case
             rows.append([label, exporter, opset, *(cells.get((exporter, opset, col), "") for col in columns)])
     return tabulate(rows, headers=["case", "exporter", "opset", *columns], tablefmt="github")
 
@@ -733,12 +769,12 @@ def _case_section(
     verdicts: list[str],
 ) -> list[str]:
     card = exports[0].card
-    lines = [f"### {case}", ""]
+    lines = [f"# {case}", "", "[← the table](../README.md) · [the page](../index.html)", ""]
     if card.get("symptom"):
         for field in ("symptom", "cause", "fix", "source"):
             lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")
     if card.get("fixes"):
-        lines.append(f"- **fixed twin of** [{card['fixes']}](#{card['fixes']})")
+        lines.append(f"- **fixed twin of** [{card['fixes']}]({card['fixes']}.md)")
     if card.get("source_file"):
         lines.append(f"- defined in `{card['source_file']}`")
     if verdicts:
@@ -807,7 +843,7 @@ def _case_section(
                     _md_escape(error[:240]),
                     _md_escape(where[:300]),
                     optimizer,
-                    f"[repro]({repro}/repro.py)" if repro else "",
+                    f"[repro](../{repro}/repro.py)" if repro else "",
                 ]
             )
         headers = ["exporter", "opset", "status", "probes", "runtimes", "first error line", "starts at", "optimizer", "repro"]

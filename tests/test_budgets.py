@@ -112,7 +112,7 @@ def test_a_slow_reference_pass_costs_the_localization_data_never_the_export(expo
     assert not (out / "artifacts" / rec.key.id / "intermediates.npz").exists()
     assert not [p for p in (out / "artifacts" / rec.key.id).iterdir() if p.name.endswith(".tmp.npz")], "nothing half-written kept"
     assert {c.status for c in cells if c.case == "slow_reference"} == {Status.PASS}
-    readme = (results / "README.md").read_text(encoding="utf-8")
+    readme = (results / "cases" / "slow_reference.md").read_text(encoding="utf-8")  # the case's own page
     assert "Localization data not recorded for torchscript opset 18: not recorded: the reference pass exceeded 1 s" in readme
     published = [json.loads(line) for line in (results / "matrix.jsonl").read_text().splitlines()]
     assert {c["status"] for c in published if c["case"] == "slow_build"} == {"timeout"}

@@ -149,7 +149,8 @@ def test_user_corpus_end_to_end_and_a_raising_factory_costs_its_own_case(tmp_pat
     assert broken and {c["status"] for c in broken} == {"export-fail"}
     assert "building the case failed: RuntimeError: factory exploded" in broken[0]["error_line"]
     readme = (results / "README.md").read_text()
-    assert "user_scale" in readme and "x.shape[0] traced as a constant" in readme
+    assert "[user_scale](cases/user_scale.md)" in readme
+    assert "x.shape[0] traced as a constant" in (results / "cases" / "user_scale.md").read_text()
 
 
 @pytest.mark.parametrize("flag", ["--probe-batch"])

@@ -217,7 +217,7 @@ def test_a_broken_runtime_env_is_env_error_not_a_crash(smoke: dict, build: Path,
     published = [json.loads(line) for line in (results / "matrix.jsonl").read_text().splitlines()]
     assert [c["case"] for c in published if c["runtime"] == "onnxruntime==1.18.0"] == ["*"]
     readme = (results / "README.md").read_text()
-    per_case = readme.split("## Per case")[1]
+    per_case = "".join(p.read_text() for p in sorted((results / "cases").glob("*.md")))
     tables = [block.split("\n\n")[1] for block in per_case.split("Across runtimes and providers:")[1:]]
     rows = [r for t in tables for r in t.splitlines()[2:]]
     assert rows and all(r.rstrip(" |").endswith("!") for r in rows), "every row's 1.18.0 column shows the env-error"
@@ -405,8 +405,10 @@ def test_a_matrix_with_gpu_runtimes_completes_here_with_every_gpu_cell_unavailab
     assert "- **trt-10.13.3.9 tensorrt-fp16** not measured here: · unavailable: TensorRT is not importable" in readme
     # Claims are checked against the newest CPU onnxruntime, as in the smoke run: TensorRT 10.x is not "newer".
     news = "not shown in this run"
-    assert readme.count(news) == (build / "results" / "README.md").read_text().count(news)
-    assert "tensorrt==10.13.3.9" not in readme.split("## Per case")[1].split("Across runtimes")[0]
+    pages = {p.name: p.read_text() for p in (tmp_path / "results-gpu" / "cases").glob("*.md")}
+    cpu_pages = {p.name: p.read_text() for p in (build / "results" / "cases").glob("*.md")}
+    assert pages and sum(t.count(news) for t in pages.values()) == sum(t.count(news) for t in cpu_pages.values())
+    assert not any("tensorrt==10.13.3.9" in t.split("Across runtimes")[0] for t in pages.values())
 
 
 def test_the_second_reference_script_reproduces_torchs_reference_on_the_cpu(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]

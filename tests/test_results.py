@@ -93,8 +93,8 @@ def test_every_failing_cell_links_a_reproducer_that_is_committed(published: dict
         repro = ROOT / "results" / folder
         assert (repro / "repro.py").is_file() and (repro / "model.onnx").is_file(), folder
         assert (repro / "test_data_set_0" / "input_0.pb").is_file() or not any(repro.glob("test_data_set_*/input_*.pb"))
-    readme = (ROOT / "results" / "README.md").read_text()
-    assert f"]({failing[0]['repro']}/repro.py)" in readme
+    page = (ROOT / "results" / "cases" / f"{failing[0]['case']}.md").read_text()  # the case's own page links it
+    assert f"](../{failing[0]['repro']}/repro.py)" in page
     # no reproducer is left behind for an artifact that no longer fails
     linked = {r["repro"].split("/", 1)[1] for r in failing}
     assert {p.name for p in (ROOT / "results" / "repro").iterdir()} == linked
@@ -137,3 +137,18 @@ def test_the_page_plots_history_and_cards_come_from_the_same_run(published: dict
     for name in ("pass_rate", "latency"):
         assert f"](plots/{name}.svg)" in readme and (results / "plots" / f"{name}.svg").is_file()
     assert "## Newest safe opset per runtime" in readme and "## Trend" in readme and "## Summary per runtime" in readme
+
+
+def test_the_readme_fits_github_and_links_every_case_s_own_page() -> None:
+    """GitHub renders a Markdown file up to about 512 KB: the summary stays within 400 KB, and each case's
+    section is a page of its own in results/cases/, linked from it, none left for a case the table lacks."""
+    readme = ROOT / "results" / "README.md"
+    assert readme.stat().st_size <= 400_000, f"{readme}: {readme.stat().st_size} bytes"
+    text = readme.read_text()
+    pages = {p.stem: p for p in (ROOT / "results" / "cases").glob("*.md")}
+    assert set(pages) == set(REGISTRY.names())
+    for name, page in pages.items():
+        assert f"- [{name}](cases/{name}.md)" in text
+        body = page.read_text()
+        assert body.startswith(f"# {name}\n") and "Across runtimes and providers:" in body
+        assert "[← the table](../README.md)" in body
