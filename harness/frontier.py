@@ -18,7 +18,6 @@ file is the run session's work (:func:`why_stale`).
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +48,7 @@ def result_path(out: Path, runtime_id: str) -> Path:
 
 def write_models(out: Path) -> dict[str, Any]:
     """In the export environment: one ``Add`` model per IR × opset this ``onnx`` can write; the index
-    names them with their hashes. Rewritten only when the index is missing or ``onnx`` changed."""
+    names them with their hashes. Rewritten only when a file, ``onnx`` or this module's code changed."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -88,11 +87,14 @@ def _files_intact(folder: Path, index: Mapping[str, Any]) -> bool:
 
 
 def models_missing(out: Path) -> str | None:
-    """Why the export must write the frontier models again (``None``: they are there, as indexed)."""
+    """Why the export must write the frontier models again (``None``: they are there, as indexed, by this
+    code; another ``onnx`` is the export stamp's to see, in its environment)."""
     folder = models_dir(out)
     index = cache.read_json(folder / INDEX)
     if not isinstance(index, dict) or not _files_intact(folder, index):
         return f"the runtimes' frontier models are not written ({folder})"
+    if index.get("code") != cache.code_digest(CODE):
+        return f"the runtimes' frontier models were written by other code ({folder})"
     return None
 
 
@@ -113,10 +115,10 @@ def _cell(name: str) -> tuple[int, int]:
 def measure(out: Path, runtime_pin: str) -> dict[str, Any]:
     """In a run environment: load and run every frontier model on the CPU provider. The result says
     the highest IR and opset that loaded, and every refusal once per distinct reason."""
+    if (why := models_missing(out)) is not None:
+        raise RuntimeError(f"the frontier models are missing or changed: {why}; `nox -s export` writes them")
     folder = models_dir(out)
     index = cache.read_json(folder / INDEX)
-    if not isinstance(index, dict) or not _files_intact(folder, index):
-        raise RuntimeError(f"{folder}: the frontier models are missing or changed; `nox -s export` writes them")
     t0 = time.perf_counter()
     import numpy as np
     import onnxruntime as ort
@@ -138,20 +140,27 @@ def measure(out: Path, runtime_pin: str) -> dict[str, Any]:
             loads[cell] = False
             refusals[cell] = error_line(str(exc))
     loaded = [c for c, ok in loads.items() if ok]
-    result = {
-        "runtime": runtime_pin,
-        "version": ort.__version__,
-        "models": index_digest(out),
-        "onnx": index["onnx"],
-        "irs": index["irs"],
-        "opsets": index["opsets"],
+    return _record(out, runtime_pin, ort.__version__, index) | {
         "max_ir": max((ir for ir, _ in loaded), default=None),
         "max_opset": max((op for _, op in loaded), default=None),
         "refused": [[ir, op] for (ir, op), ok in sorted(loads.items()) if not ok],
         "reasons": _reasons(refusals),
         "seconds": round(time.perf_counter() - t0, 2),
     }
-    return result
+
+
+def _record(out: Path, runtime_pin: str, version: str | None, index: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What every frontier record says of the models it was measured on (a failed one too)."""
+    if index is None:
+        index = cache.read_json(models_dir(out) / INDEX) or {}
+    return {
+        "runtime": runtime_pin,
+        "version": version,
+        "models": index_digest(out),
+        "onnx": index.get("onnx"),
+        "irs": index.get("irs", []),
+        "opsets": index.get("opsets", []),
+    }
 
 
 def _reasons(refusals: Mapping[tuple[int, int], str]) -> list[dict[str, Any]]:
@@ -171,8 +180,13 @@ def applies(package: str) -> bool:
 
 def failed(out: Path, runtime_pin: str, why: str) -> dict[str, Any]:
     """The record of an environment that could not measure (its onnxruntime does not import)."""
-    return {"runtime": runtime_pin, "version": None, "models": index_digest(out), "max_ir": None,
-            "max_opset": None, "refused": [], "reasons": [{"ir": None, "opset": None, "text": why}], "error": why}
+    return _record(out, runtime_pin, None) | {
+        "max_ir": None,
+        "max_opset": None,
+        "refused": [],
+        "reasons": [{"ir": None, "opset": None, "text": why}],
+        "error": why,
+    }
 
 
 def measure_if_stale(out: Path, runtime: Runtime, *, force: bool = False, echo: Callable[[str], Any] = print) -> None:
@@ -234,7 +248,3 @@ def explain(result: Mapping[str, Any], ir: int | None, opset: int | None) -> str
     if not past:
         return None
     return f"{result['runtime'].split('==')[-1]} {describe(result)}; the model is {' and '.join(past)}"
-
-
-def dump(result: Mapping[str, Any]) -> str:
-    return json.dumps(result, indent=1, sort_keys=True)

@@ -219,9 +219,10 @@ def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -
 
 def render(answer: Answer, *, examples: int = 6) -> str:
     """The answer as the command prints it."""
-    lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:", ""]
+    lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:"]
     if answer.frontier:
-        lines[-1:] = [f"{answer.runtime.split('==')[-1]} {answer.frontier}", ""]
+        lines.append(f"{answer.runtime.split('==')[-1]} {answer.frontier}")
+    lines.append("")
     best = answer.best
     if best:
         every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"

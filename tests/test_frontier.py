@@ -82,6 +82,23 @@ def test_a_changed_model_is_refused_and_makes_the_frontier_stale(out: Path, tmp_
     assert frontier.read(mine, [("ort-x", "onnxruntime==x")]) == {}  # and the report does not publish it
 
 
+def test_models_of_other_code_are_written_again_and_a_failed_measurement_has_the_same_shape(out: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "out"
+    frontier.write_models(mine)
+    index = cache.read_json(frontier.models_dir(mine) / frontier.INDEX)
+    cache.write_json(frontier.models_dir(mine) / frontier.INDEX, index | {"code": "older code"})
+    assert "written by other code" in (frontier.models_missing(mine) or "")
+    assert frontier.write_models(mine)["code"] == index["code"] and frontier.models_missing(mine) is None
+    broken = frontier.failed(mine, "onnxruntime==x", "ImportError: no onnxruntime")
+    good = frontier.measure(mine, "onnxruntime==y")
+    assert set(good) - set(broken) == {"seconds"} and (broken["irs"], broken["opsets"]) == (good["irs"], good["opsets"])
+    assert frontier.describe(broken) == "loads none of the frontier models (ImportError: no onnxruntime)"
+    from harness.report import _frontier_lines  # the README section, led by a runtime that could not measure
+
+    text = "\n".join(_frontier_lines({"onnxruntime==x": broken, "onnxruntime==y": good}, ["onnxruntime==x"], []))
+    assert f"IR version {good['irs'][0]}–{good['irs'][-1]}" in text and "| onnxruntime==x | none" in text
+
+
 def test_explain_names_what_is_past_the_frontier() -> None:
     old = {"runtime": "onnxruntime==1.16.3", "max_ir": 9, "max_opset": 19}
     assert frontier.explain(old, 10, 18) == "1.16.3 loads up to IR 9 / opset 19; the model is IR 10"
