@@ -121,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
     p.add_argument("--provider", default="cpu", help="cpu, cuda, tensorrt or tensorrt-fp16 (default: cpu)")
     p.add_argument(
+        "--exporter", default=None, help="answer for this exporter only: torchscript or dynamo (default: the best of "
+        "each, and the recommendation between them)"
+    )
+    p.add_argument(
         "--results", default=None, help="a published matrix.jsonl or its folder (default: the results/ of this checkout)"
     )
     p.add_argument(
@@ -195,10 +199,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "validate":
         for prof in matrix.profiles.values():
             shards = len(prof.shards())
-            columns = shards * len(prof.exporters) * len(prof.opsets)
+            exports = prof.exports()
+            asked = "; ".join(f"{e} {_ranges(prof.opsets_of(e))}" for e in prof.exporters)
             print(
                 f"{prof.name}: {len(prof.runtimes)} runtimes, {shards} runtime × provider columns × "
-                f"{len(prof.exporters)} exporters × {len(prof.opsets)} opsets = {columns} columns per case"
+                f"{len(exports)} exporter × opset ({asked}) = {shards * len(exports)} columns per case"
             )
         print(f"{args.matrix}: ok")
         return 0
@@ -314,6 +319,20 @@ def _answer(args: argparse.Namespace) -> int:
         cells, published.read_cases(source), source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all
     )
     loads = published.read_frontier(source).get(runtime)
-    answer = recommend.recommend(cells, runtime, args.provider, names, selection, loads)
+    answer = recommend.recommend(
+        cells, runtime, args.provider, names, selection, loads, exporter=args.exporter, rewrites=published.read_rewrites(source)
+    )
     print(recommend.render(answer))
     return 0 if answer.best else 1
+
+
+def _ranges(opsets: tuple[int, ...]) -> str:
+    """``(13, 17, 18, 19, 20)`` → ``opsets 13, 17–20``."""
+    runs: list[list[int]] = []
+    for o in sorted(opsets):
+        if runs and o == runs[-1][-1] + 1:
+            runs[-1].append(o)
+        else:
+            runs.append([o])
+    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+    return f"opset{'s' * (len(opsets) > 1)} {said}"

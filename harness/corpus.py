@@ -208,6 +208,13 @@ class Registry:
         unknown = set(case.exporters) - set(EXPORTERS)
         if unknown:
             raise HarnessError(f"{where}: case {case.name!r}: unknown exporter(s) {sorted(unknown)}; use {list(EXPORTERS)}")
+        if not case.exporters:
+            raise HarnessError(f"{where}: case {case.name!r}: exporters is empty; name at least one of {list(EXPORTERS)}")
+        if set(case.exporters) != set(EXPORTERS) and not case.skip_reason.strip():
+            raise HarnessError(
+                f"{where}: case {case.name!r} applies to {', '.join(case.exporters)} only: set skip_reason to say why "
+                "(it is shown on every skipped cell)"
+            )
         for claim in case.claims:
             _check_claim(where, case, claim)
         _check_tolerance(where, case)

@@ -532,6 +532,9 @@ def _card(case: corpus_mod.Case) -> dict[str, str]:
     card = case.card.to_dict() if case.card else {}
     if case.fixes:
         card["fixes"] = case.fixes
+    if tuple(case.exporters) != corpus_mod.EXPORTERS:  # applies to these only: the others' cells are `skipped`
+        card["exporters"] = ",".join(case.exporters)
+        card["skip_reason"] = case.skip_reason
     card["source_file"] = case.source_file
     return card
 
@@ -626,7 +629,7 @@ def _stderr(line: str) -> None:
 
 def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
     """Every artifact the profile needs, in corpus order."""
-    return [ArtifactKey(c.name, e, o) for c in registry for e in profile.exporters for o in profile.opsets]
+    return [ArtifactKey(c.name, e, o) for c in registry for e, o in profile.exports()]
 
 
 STAMP = "export.stamp.json"
@@ -678,7 +681,7 @@ def stamp_settings(
         "pins": json.loads(json.dumps(dataclasses.asdict(matrix.export))),  # as the stamp reads it back (lists)
         "reference_requirements": reference,  # what the export session installs beside torch
         "exporters": list(profile.exporters),
-        "opsets": list(profile.opsets),
+        "opsets": {e: list(profile.opsets_of(e)) for e in profile.exporters},
         "corpus": list(corpus),
         "cases": sorted(cases) if cases is not None else None,
     }

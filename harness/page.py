@@ -12,12 +12,14 @@ JSON escapes ``<``, ``>`` and ``&`` so that nothing in it can close its
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.frontier import describe
 from harness.published import column_label, runtime_order
+from harness.recommend import Answer
 from harness.records import CellRecord, ExportRecord, Status
 
 TEMPLATE = Path(__file__).with_name("page.html")
@@ -77,6 +79,27 @@ def _detail(c: CellRecord) -> dict[str, Any]:
     return data
 
 
+_CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file")
+
+
+def _answer(a: Answer) -> dict[str, Any]:
+    """One runtime × provider's answer: its options best first, each ``[exporter, opset, cases that apply,
+    failing, [skipped], [up to 6 failing names], corpus passing, corpus total, [[case, opset written]]]``."""
+    selection = re.sub(r"^\d+ cases?: | \(--all.*\)$", "", a.selection)
+    return {
+        "runtime": a.runtime,
+        "provider": a.provider,
+        "selection": selection,
+        "frontier": a.frontier or "",
+        "best": bool(a.best),
+        "options": [
+            [o.exporter, o.opset, o.selected, len(o.failing), [c for c, _ in o.skipped], [c for c, _ in o.failing[:6]],
+             o.corpus_pass, o.corpus_total, [[c, w] for c, w in o.written]]
+            for o in a.options
+        ],
+    }
+
+
 def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
     """``{"loads": "loads up to IR 9 / opset 19", "loads_short": "IR≤9 op≤19"}`` for a measured frontier."""
     if not result or result.get("max_ir") is None:
@@ -109,9 +132,11 @@ def data(
     legend: Mapping[Status, str],
     counts: Mapping[str, int],
     frontier: Mapping[str, Mapping[str, Any]] | None = None,
+    answers: Sequence[Answer] = (),
 ) -> dict[str, Any]:
-    """Everything the page shows, compactly: columns, cases, artifact rows, and one short array per cell;
-    a column's header says what its runtime loads, where ``frontier`` measured it."""
+    """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
+    ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
+    cell; a column's header says what its runtime loads, where ``frontier`` measured it."""
     frontier = frontier or {}
     exports = list(exports)
     strings = _Interned()
@@ -156,12 +181,13 @@ def data(
             | _loads(frontier.get(pin))
             for pin, p in columns
         ],
+        "answers": [_answer(a) for a in answers],
         "cases": [
-            {k: cards[name].get(k, "") for k in ("symptom", "cause", "fix", "source", "fixes", "source_file")} | {"name": name}
+            {k: cards[name].get(k, "") for k in _CARD_KEYS} | {"name": name}
             for name in case_names
         ],
         "rows": [
-            [case_index[r.case], r.exporter, r.opset, r.opset_actual or 0, r.ir_version or 0, repros.get(r.key.id, "")]
+            [case_index[r.case], r.exporter, r.opset, r.opset_asked or r.opset, r.ir_version or 0, repros.get(r.key.id, "")]
             for r in rows
         ],
         "strings": strings.values,

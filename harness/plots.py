@@ -36,13 +36,15 @@ def line_chart(
     series: Mapping[str, Sequence[float | None]],
     *,
     y_label: str,
+    x_label: str = "",
     y_max: float | None = None,
     dashed: Sequence[str] = (),
     width: int = 920,
-    height: int = 380,
+    height: int = 400,
 ) -> str:
-    """One line per series over categorical x; ``None`` leaves a gap. ``dashed`` series draw dashed."""
-    left, right, top, bottom = 64, 290, 40, 78
+    """One line per series over categorical x; ``None`` leaves a gap. ``dashed`` series draw dashed. Both axes
+    carry their title (``x_label`` under the rotated tick labels)."""
+    left, right, top, bottom = 64, 290, 40, 98
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [v for vs in series.values() for v in vs if v is not None]
     top_value = y_max if y_max is not None else _nice_max(max(values, default=1.0))
@@ -71,6 +73,10 @@ def line_chart(
     )
     for i, label in enumerate(x_labels):
         out.append(f'<text transform="translate({x(i):.1f},{top + plot_h + 12}) rotate(45)" fill="#444">{escape(label)}</text>')
+    if x_label:
+        out.append(
+            f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle" fill="#444">{escape(x_label)}</text>'
+        )
     out.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
     for s, (name, vs) in enumerate(series.items()):
         colour = PALETTE[s % len(PALETTE)]

@@ -43,6 +43,22 @@ def read_frontier(table: str | Path) -> dict[str, dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
+REWRITES = "rewrites.json"
+"""Beside matrix.jsonl: each request an exporter answered with another opset (``{case, exporter, asked, wrote,
+kept}``): rows are labelled by the opset written, and this says which rows a request stands for."""
+
+
+def read_rewrites(table: str | Path) -> dict[tuple[str, str, int], int]:
+    """``rewrites.json`` beside a published ``matrix.jsonl``: (case, exporter, opset asked) → opset written
+    ({} without one: every request wrote what it asked)."""
+    path = Path(table).with_name(REWRITES)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {(str(w["case"]), str(w["exporter"]), int(w["asked"])): int(w["wrote"]) for w in data}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+
+
 def table_path(path: str | Path) -> Path:
     """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
     p = Path(path)

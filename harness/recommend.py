@@ -34,9 +34,15 @@ class Option:
     failing: tuple[tuple[str, str], ...]
     """(case, why) for each selected case that does not pass every probe here."""
     selected: int
+    """Selected cases that apply to this exporter (a case that declares other exporters is skipped here)."""
     corpus_pass: int
     """Cases of the whole table that pass every probe here (the tie-break)."""
     corpus_total: int
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(case, why) for each selected case that does not apply to this exporter: neither a pass nor a failure."""
+    written: tuple[tuple[str, int], ...] = ()
+    """(case, opset written) for each selected case the exporter, asked for this opset, wrote at another: its
+    verdict is that row's (the same export)."""
 
     @property
     def ok(self) -> bool:
@@ -58,6 +64,8 @@ class Answer:
     """Best first: every (exporter, opset) the table measured on this runtime × provider."""
     frontier: str | None = None
     """What the runtime loads, measured (``loads up to IR 9 / opset 19 (measured)``)."""
+    exporter: str | None = None
+    """The one exporter asked about (``--exporter``); None: both."""
 
     @property
     def best(self) -> Option | None:
@@ -173,13 +181,28 @@ def recommend(
     cases: Sequence[str],
     selection: str,
     loads: Mapping[str, Any] | None = None,
+    exporter: str | None = None,
+    rewrites: Mapping[tuple[str, str, int], int] | None = None,
 ) -> Answer:
-    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``;
-    ``loads``, the runtime's measured frontier (:mod:`harness.frontier`), explains the refusals at load."""
+    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``
+    (only ``exporter``'s when given); ``loads``, the runtime's measured frontier (:mod:`harness.frontier`),
+    explains the refusals at load. A case whose cells here are all ``skipped`` (it applies to another
+    exporter) neither passes nor fails: it is left out of that option's count and named apart. ``rewrites``
+    ((case, exporter, opset asked) → opset written, :func:`harness.published.read_rewrites`) answers a request
+    the exporter wrote at another opset with that row: asked for 28, dynamo keeps 18 for an SDPA model."""
     column = [c for c in cells if c.runtime == runtime and c.provider == provider]
     if not column:
         providers = sorted({c.provider for c in cells if c.runtime == runtime})
         raise HarnessError(f"--provider {provider}: {runtime} was measured on {', '.join(providers)} only; pick one of those")
+    if exporter is not None:
+        measured = sorted({c.exporter for c in cells})
+        if exporter not in measured:
+            close = difflib.get_close_matches(exporter, measured, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise HarnessError(f"--exporter {exporter}: not in this table{hint}; pick one of {', '.join(measured)}")
+        column = [c for c in column if c.exporter == exporter]
+        if not column:
+            raise HarnessError(f"--exporter {exporter}: no cell of it on {runtime} × {provider}; drop --exporter")
     ran = [c for c in column if c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR)]
     if not ran:
         first = column[0]
@@ -190,21 +213,37 @@ def recommend(
         )
     by_artifact = group_by(column, "exporter", "opset", "case")
     combos = sorted({(c.exporter, c.opset) for c in column})
+    rewrites = rewrites or {}
     options = []
-    for exporter, opset in combos:
-        failing = []
+    for exp, opset in combos:
+        failing, skipped, written = [], [], []
         for case in cases:
-            got = by_artifact.get((exporter, opset, case))
+            got = by_artifact.get((exp, opset, case))
+            wrote = rewrites.get((case, exp, opset))
+            if not got and wrote is not None and by_artifact.get((exp, wrote, case)):
+                got = by_artifact[(exp, wrote, case)]
+                written.append((case, wrote))
             if not got:
                 failing.append((case, "not measured here"))
-            elif any(c.status is not Status.PASS for c in got):
+            elif all(c.status is Status.SKIPPED for c in got):
+                skipped.append((case, got[0].error_line or f"does not apply to {exp}"))
+            elif any(c.status not in (Status.PASS, Status.SKIPPED) for c in got):
                 failing.append((case, why(got) + _past_frontier(got, loads)))
-        corpus = {k[2]: v for k, v in by_artifact.items() if k[:2] == (exporter, opset)}
-        passing = sum(all(c.status is Status.PASS for c in got) for got in corpus.values())
-        options.append(Option(exporter, opset, tuple(failing), len(cases), passing, len(corpus)))
+        corpus = {
+            k[2]: v
+            for k, v in by_artifact.items()
+            if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)
+        }
+        for (case, e, asked), wrote in rewrites.items():  # the same export, recorded under the opset written
+            if (e, asked) == (exp, opset) and case not in corpus and by_artifact.get((exp, wrote, case)):
+                corpus[case] = by_artifact[(exp, wrote, case)]
+        passing = sum(all(c.status in (Status.PASS, Status.SKIPPED) for c in got) for got in corpus.values())
+        options.append(
+            Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
+        )
     options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
     frontier_line = frontier.describe(loads) + " (measured)" if loads else None
-    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line)
+    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter)
 
 
 def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -> str:
@@ -217,9 +256,34 @@ def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -
     return f" ({said})" if said else ""
 
 
+def _names(pairs: Sequence[tuple[str, Any]]) -> str:
+    return ", ".join(c for c, _ in pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+
+
+def _skipped(opt: Option) -> str:
+    """``; loop_scripted skipped: does not apply to dynamo`` for an option with skipped cases, and which
+    cases the exporter wrote at another opset than this one."""
+    said = ""
+    if opt.written:
+        wrote = sorted({o for _, o in opt.written})
+        said += (
+            f"; {_names(opt.written)} written at opset {', '.join(map(str, wrote))} "
+            f"(asked for {opt.opset}, the exporter kept what it built)"
+        )
+    if opt.skipped:
+        said += f"; {_names(opt.skipped)} skipped: {'does' if len(opt.skipped) == 1 else 'do'} not apply to {opt.exporter}"
+    return said
+
+
+def _passes(opt: Option) -> str:
+    """``all 54 pass`` / ``the 1 case passes``, counting the cases that apply here."""
+    return f"all {opt.selected} pass" if opt.selected != 1 else "the 1 case passes"
+
+
 def render(answer: Answer, *, examples: int = 6) -> str:
     """The answer as the command prints it."""
-    lines = [f"{answer.runtime} on {answer.provider}, {answer.selection}:"]
+    only = f" ({answer.exporter} exporter only)" if answer.exporter else ""
+    lines = [f"{answer.runtime} on {answer.provider}{only}, {answer.selection}:"]
     if answer.frontier:
         lines.append(f"{answer.runtime.split('==')[-1]} {answer.frontier}")
     lines.append("")
@@ -228,20 +292,30 @@ def render(answer: Answer, *, examples: int = 6) -> str:
         every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"
         lines.append(
             f"recommended: {best.label}: {every} every probe "
-            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there)"
+            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{_skipped(best)})"
         )
     else:
         top = answer.options[0]
         lines.append(
-            f"no exporter and opset passes every selected case here; the closest is {top.label}, "
-            f"where {len(top.failing)} of {top.selected} fail"
+            f"no {answer.exporter + ' ' if answer.exporter else ''}exporter and opset passes every selected case here; "
+            f"the closest is {top.label}, where {len(top.failing)} of {top.selected} fail{_skipped(top)}"
         )
+    if not answer.exporter:
+        lines += ["", "best per exporter (--exporter X answers for one):"]
+        for exporter, opt in per_exporter(answer).items():
+            said = (
+                f"opset {opt.opset}: {_passes(opt)}{_skipped(opt)}"
+                if opt.ok
+                else f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
+                f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_skipped(opt)}"
+            )
+            lines.append(f"  {exporter}: {said}")
     lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
     for rank, opt in enumerate(answer.options[1:] if best else answer.options):
         if opt.ok:
-            lines.append(f"  {opt.label}: all {opt.selected} pass ({opt.corpus_pass}/{opt.corpus_total} of the table)")
+            lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{_skipped(opt)})")
             continue
-        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail:")
+        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail{_skipped(opt)}:")
         reasons: dict[str, list[str]] = {}
         for case, reason in opt.failing:
             reasons.setdefault(reason, []).append(case)
@@ -254,13 +328,20 @@ def render(answer: Answer, *, examples: int = 6) -> str:
     return "\n".join(lines)
 
 
-def safe_opsets(cells: Sequence[CellRecord], cases: Sequence[str], selection: str) -> list[Answer]:
-    """What ``harness recommend`` answers for every runtime × provider of the table (oldest runtime first);
-    a column where nothing ran has no answer and is left out."""
+def safe_opsets(
+    cells: Sequence[CellRecord],
+    cases: Sequence[str],
+    selection: str,
+    loads: Mapping[str, Mapping[str, Any]] | None = None,
+    rewrites: Mapping[tuple[str, str, int], int] | None = None,
+) -> list[Answer]:
+    """What ``harness recommend`` answers for every runtime × provider of the table (oldest runtime first),
+    with each runtime's measured frontier from ``loads`` (pin → result); a column where nothing ran has no
+    answer and is left out."""
     answers = []
     for runtime, provider in group_by(cells, "runtime", "provider"):
         try:
-            answers.append(recommend(cells, runtime, provider, cases, selection))
+            answers.append(recommend(cells, runtime, provider, cases, selection, (loads or {}).get(runtime), rewrites=rewrites))
         except HarnessError:
             continue
     order = {pin: i for i, pin in enumerate(runtime_order(a.runtime for a in answers))}

@@ -181,6 +181,9 @@ class ExportRecord:
     error: str | None = None
     opset_actual: int | None = None
     ir_version: int | None = None
+    opset_asked: int | None = None
+    """Set in a published table only (:func:`by_written_opset`): the opset the exporter was asked for, when
+    it wrote another (then :attr:`opset` is the one written). The artifact's files are under the asked one."""
     checker: str | None = None
     """``"ok"`` or onnx.checker's first error line."""
     warnings: tuple[dict[str, str], ...] = ()
@@ -227,7 +230,7 @@ class ExportRecord:
 
     @property
     def key(self) -> ArtifactKey:
-        return ArtifactKey(self.case, self.exporter, self.opset)
+        return ArtifactKey(self.case, self.exporter, self.opset_asked or self.opset)
 
     @property
     def digest(self) -> str:
@@ -265,6 +268,7 @@ class ExportRecord:
             provider=provider,
             opset_actual=self.opset_actual,
             ir_version=self.ir_version,
+            opset_asked=self.opset_asked,
             sha256=self.sha256,
             inputs=self.digest,
             env=env,
@@ -321,6 +325,9 @@ class CellRecord:
     to blame), False when it mismatches there too; None when not checked."""
     opset_actual: int | None = None
     ir_version: int | None = None
+    opset_asked: int | None = None
+    """As :attr:`ExportRecord.opset_asked`: in a published table, the opset asked when the exporter wrote
+    :attr:`opset` instead."""
     latency: Latency | None = None
     engine: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Native TensorRT: the engine this cell ran (``build_seconds``, ``bytes``, ``cached``, ``precision``,
@@ -339,7 +346,8 @@ class CellRecord:
 
     @property
     def artifact(self) -> ArtifactKey:
-        return ArtifactKey(self.case, self.exporter, self.opset)
+        """The export this cell ran (its files are under the opset asked)."""
+        return ArtifactKey(self.case, self.exporter, self.opset_asked or self.opset)
 
     @property
     def runtime_wide(self) -> bool:
@@ -411,7 +419,60 @@ def spread(cells: Iterable[CellRecord], exports: Iterable[ExportRecord]) -> list
 
 
 _CELL_KEYS = {"case", "exporter", "opset", "probe", "runtime", "provider", "env"}
-_CELL_KEYS |= {"opset_actual", "ir_version", "sha256", "inputs"}
+_CELL_KEYS |= {"opset_actual", "ir_version", "opset_asked", "sha256", "inputs"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """A requested opset the exporter did not write: recorded once, under the opset written."""
+
+    case: str
+    exporter: str
+    asked: int
+    wrote: int
+    kept: bool
+    """True: its cells are the row of the opset written (relabelled); False: that row came from another
+    request (the one that asked for it), so these cells, the same export again, are left out."""
+
+
+def by_written_opset(
+    cells: Iterable[CellRecord], exports: Iterable[ExportRecord]
+) -> tuple[list[CellRecord], list[ExportRecord], list[Rewrite]]:
+    """Label every artifact, and its cells, by the opset the exporter wrote (``opset_actual``), keeping the
+    request in ``opset_asked``: dynamo asked for 13 mostly writes 18, and is then a row of opset 18, not a
+    second "opset 13" row. Where two requests wrote the same opset for a case, the row is the one that asked
+    for it (else the highest request); the others are left out, each said in the returned rewrites. An
+    export that failed wrote nothing and stays under the opset asked."""
+    exports = list(exports)
+    rows: dict[tuple[str, str, int], list[ExportRecord]] = {}
+    for r in exports:
+        rows.setdefault((r.case, r.exporter, r.opset_actual or r.opset), []).append(r)
+    keep: dict[tuple[str, str, int], ExportRecord] = {}  # by the asked key → the relabelled record
+    rewrites: list[Rewrite] = []
+    for (case, exporter, wrote), recs in rows.items():
+        chosen = max(recs, key=lambda r: (r.opset == wrote, r.opset))
+        for r in recs:
+            if r.opset != wrote:
+                rewrites.append(Rewrite(case, exporter, r.opset, wrote, r is chosen))
+        relabelled = chosen if chosen.opset == wrote else dataclasses.replace(chosen, opset=wrote, opset_asked=chosen.opset)
+        keep[(case, exporter, chosen.opset)] = relabelled
+    asked = {(r.case, r.exporter, r.opset) for r in exports}
+    out_cells = []
+    for c in cells:
+        if c.runtime_wide:
+            out_cells.append(c)
+            continue
+        rec = keep.get((c.case, c.exporter, c.opset))
+        if rec is None:
+            if (c.case, c.exporter, c.opset) in asked:
+                continue  # a request whose row another request holds
+            out_cells.append(c)  # no export record (a shard of another export): as it is
+        elif rec.opset_asked is None:
+            out_cells.append(c)
+        else:
+            out_cells.append(c.replace(opset=rec.opset, opset_asked=rec.opset_asked))
+    kept = [keep[k] for k in ((r.case, r.exporter, r.opset) for r in exports) if k in keep]
+    return out_cells, kept, sorted(rewrites, key=lambda w: (w.exporter, w.asked, w.case))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -9,7 +9,7 @@ Writes:
   ``harness recommend --corpus`` selects by);
 - ``results/history.jsonl``: one summary line per published run;
 - ``results/plots/*.svg``: pass rate per runtime for each exporter and opset,
-  and the latency of a few representative cases across runtimes;
+  of the fixed twins and of every case;
 - ``results/index.html``: the whole table as one self-contained page;
 - ``results/README.md``: the newest safe opset per runtime, the legend, a
   summary per runtime × exporter × opset, the plots and the trend, and per
@@ -21,6 +21,7 @@ Needs pandas and tabulate (the report environment), never torch or a runtime.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -36,8 +37,19 @@ from harness import export as export_mod
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
-from harness.published import CASES, LABEL_PREFIX, column_label, group_by, runtime_key, runtime_order, shorten, why, worst
-from harness.records import CellRecord, ExportRecord, Status, spread
+from harness.published import (
+    CASES,
+    LABEL_PREFIX,
+    REWRITES,
+    column_label,
+    group_by,
+    runtime_key,
+    runtime_order,
+    shorten,
+    why,
+    worst,
+)
+from harness.records import CellRecord, ExportRecord, Rewrite, Status, by_written_opset, spread
 from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, read_shard, shard_path
 
@@ -110,7 +122,7 @@ def _fold_table(df: pd.DataFrame) -> dict[str, dict[tuple[str, int, str], str]]:
 def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None, builtin: tuple[str, ...] = ()) -> str:
     """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
     (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer."""
-    raw, exports = gather(out, profile)
+    raw, exports, rewrites = by_written_opset(*gather(out, profile))
     results.mkdir(parents=True, exist_ok=True)
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
@@ -121,6 +133,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         if r.card or r.case not in cards:
             cards[r.case] = r.card or cards.get(r.case, {})
     _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    _write_text(results / REWRITES, json.dumps([dataclasses.asdict(w) for w in rewrites], indent=1) + "\n")
 
     runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     run_id = history.run_id(runs)
@@ -171,10 +184,11 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
     )
     trend = history.record(results / history.HISTORY, entry)
     folded = _fold_cases(df)
-    figures = _plots(results, df, folded, _runtime_order(df["column"]))
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
-    safe = recommend.safe_opsets(cells, names, selection)
+    figures = _plots(results, folded, _runtime_order(df["column"]), names, _runtime_axis(profile))
     loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
+    rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
+    safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
     _write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
     payload = page.data(
         cells,
@@ -185,6 +199,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         legend=LEGEND,
         counts=counts,
         frontier=loads,
+        answers=safe,
     )
     _write_text(results / "index.html", page.render(payload))
 
@@ -206,6 +221,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         unmeasured_pins=unmeasured,
         loads=loads,
         runtimes=[rt.pin for rt in profile.runtimes],
+        rewrites=rewrites,
     )
     _write_text(results / "README.md", text)
     _write_case_pages(results, case_pages(df, exports, verdicts, profile, environment))
@@ -309,6 +325,7 @@ def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
     data: dict[str, Any] = {**_where(c), "status": c.status.value, "stage": c.stage.value}
     optional = {
         "opset_actual": c.opset_actual,
+        "opset_asked": c.opset_asked,
         "ir_version": c.ir_version,
         "error_class": c.error_class,
         "error_line": c.error_line,
@@ -436,8 +453,12 @@ def _markdown(
     unmeasured_pins: Mapping[tuple[str, str], str] | None = None,
     loads: Mapping[str, Mapping[str, Any]] | None = None,
     runtimes: Sequence[str] = (),
+    rewrites: Sequence[Rewrite] = (),
 ) -> str:
     cases = list(dict.fromkeys(r.case for r in exports))
+    axis = "; ".join(
+        f"{e} {', '.join(map(str, sorted(g['opset'].unique())))}" for e, g in df.groupby("exporter", sort=True)
+    )
     columns = _runtime_order(df["column"])
     lines = [
         "# PyTorch → ONNX compatibility matrix",
@@ -446,8 +467,8 @@ def _markdown(
         + ("" if profile.name == "default" else f" -- --profile {profile.name}")
         + "` from the committed code. Do not edit by hand: rerun it.",
         "",
-        f"{len(df)} cells ({len(cases)} cases × {df['exporter'].nunique()} exporters × {df['opset'].nunique()} opsets "
-        f"× {len(columns)} runtime columns × probes)"
+        f"{len(df)} cells ({len(cases)} cases × {df[['exporter', 'opset']].drop_duplicates().shape[0]} exporter × opset "
+        f"({axis}) × {len(columns)} runtime columns × probes)"
         + (f", wall time {env['wall_seconds']:.0f} s" if env.get("wall_seconds") else "")
         + ". "
         + ", ".join(f"{Status(k).symbol} {k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: Status(kv[0]).severity))
@@ -459,6 +480,7 @@ def _markdown(
         *_problem_lines(env.get("problems", [])),
         *_safe_lines(safe, unmeasured_pins or {}),
         *_frontier_lines(loads or {}, runtimes, exports),
+        *_rewrite_lines(rewrites),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -561,6 +583,37 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
     return lines
 
 
+def _rewrite_lines(rewrites: Sequence[Rewrite]) -> list[str]:
+    """What each exporter wrote when asked for an opset it does not write: every row is labelled by the opset
+    written, so a request that wrote another opset is that opset's row, or (when that opset was asked too)
+    left out as the same export again."""
+    if not rewrites:
+        return []
+    lines = [
+        "## Opsets asked and written",
+        "",
+        "Rows are labelled by the opset the exporter wrote. Where it wrote another than the one asked, the cells are "
+        "that opset's row (the request is kept on each cell as `opset_asked`), or, where that opset was asked too, "
+        "they are the same export again and are left out:",
+        "",
+    ]
+    groups: dict[tuple[str, int], list[Rewrite]] = {}
+    for w in rewrites:
+        groups.setdefault((w.exporter, w.asked), []).append(w)
+    for (exporter, asked), ws in sorted(groups.items()):
+        wrote: dict[int, list[Rewrite]] = {}
+        for w in ws:
+            wrote.setdefault(w.wrote, []).append(w)
+        parts = []
+        for opset, got in sorted(wrote.items()):
+            kept = sum(w.kept for w in got)
+            how = "left out" if not kept else ("recorded there" if kept == len(got) else f"{kept} recorded there")
+            names = ", ".join(w.case for w in got[:3]) + (f" and {len(got) - 3} more" if len(got) > 3 else "")
+            parts.append(f"{len(got)} wrote {opset} ({how}: {_md_escape(names)})")
+        lines.append(f"- **{exporter} asked for {asked}**: " + "; ".join(parts))
+    return [*lines, ""]
+
+
 def _at(reason: Mapping[str, Any]) -> str:
     return f"IR {reason['ir']} / opset {reason['opset']}: " if reason.get("ir") is not None else ""
 
@@ -594,6 +647,16 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
         if (runtime, provider) not in answered:
             rows.append([runtime, provider, f"not measured here ({_md_escape(shorten(reason, 140))})", *("" for _ in exporters)])
     count, _, kinds = answers[0].selection.split(" (")[0].partition(": ")
+    skipped: dict[str, dict[str, str]] = {}
+    for a in answers:
+        for o in a.options:
+            for case, reason in o.skipped:
+                skipped.setdefault(o.exporter, {})[case] = reason
+    skip_lines = [
+        f"Not counted for {exporter}: {', '.join(f'{c} ({_md_escape(r)})' for c, r in sorted(why.items()))}. "
+        "A case that does not apply to an exporter is `skipped` there: neither a pass nor a failure."
+        for exporter, why in sorted(skipped.items())
+    ]
     return [
         "## Newest safe opset per runtime",
         "",
@@ -601,17 +664,18 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
         "per exporter "
         "(or, where none does, the closest and what fails there), and the recommendation: the highest safe opset, a tie going "
         "to the exporter under which more of the whole corpus passes. `harness recommend --runtime onnxruntime==X.Y.Z` "
-        "prints the same answer with every alternative and why its cases fail; `--corpus my_models.py` or `--cases a,b` "
-        "asks it about your own cases.",
+        "prints the same answer with every alternative and why its cases fail (`--exporter dynamo` for one exporter); "
+        "`--corpus my_models.py` or `--cases a,b` asks it about your own cases.",
         "",
         tabulate(rows, headers=["runtime", "provider", "recommended", *exporters], tablefmt="github", disable_numparse=True),
         "",
+        *(line for text in skip_lines for line in (text, "")),
     ]
 
 
 def _fold_cases(df: pd.DataFrame) -> pd.Series:
     """Each case's status per runtime column × exporter × opset: the worst over its probes (pass only when
-    every probe passed). The summary per runtime and the pass-rate plot both count these."""
+    every probe passed). The summary per runtime and the pass-rate plots count these."""
     return df.groupby(["column", "exporter", "opset", "case"], observed=True)["status"].agg(
         lambda s: max(s, key=lambda v: Status(v).severity)
     )
@@ -698,50 +762,54 @@ def _trend_lines(trend: list[dict[str, Any]], last: int = 30) -> list[str]:
     ]
 
 
-REPRESENTATIVE = 5
-"""How many cases the latency plot follows: spread over the range of latencies of the newest runtime."""
+def _runtime_axis(profile: Profile) -> str:
+    """The x axis of the plots: the runtime columns, oldest first, in words."""
+    packages = sorted({rt.package for rt in profile.runtimes})
+    providers = ", ".join(profile.providers)
+    return f"{' / '.join(packages)} version, oldest first ({providers} provider{'s' * (len(profile.providers) > 1)})"
 
 
-def _plots(results: Path, df: pd.DataFrame, folded: pd.Series, columns: list[str]) -> list[tuple[str, str]]:
-    """Write results/plots/*.svg; return (title, path relative to results/) for the README."""
-    folder = results / "plots"
-    folder.mkdir(exist_ok=True)
-    figures = []
+def _pass_rates(folded: pd.Series, columns: list[str], cases: Sequence[str] | None) -> dict[str, list[float | None]]:
+    """Per exporter × opset, per runtime column: % of ``cases`` (None: all) whose every probe passes there, over
+    the cases that apply (a case skipped under an exporter is neither)."""
+    if cases is not None:
+        folded = folded[folded.index.get_level_values("case").isin(list(cases))]
+    folded = folded[folded != Status.SKIPPED.value]
     passed = (folded == Status.PASS.value).reorder_levels(["exporter", "opset", "column", "case"])
     rate = passed.groupby(level=["exporter", "opset", "column"], observed=True).mean() * 100
-    series = {}
-    for exporter, opset in sorted({(e, o) for e, o, _ in rate.index}):
-        series[f"{exporter} opset {opset}"] = [
+    return {
+        f"{exporter} opset {opset}": [
             float(rate[(exporter, opset, c)]) if (exporter, opset, c) in rate.index else None for c in columns
         ]
-    title = "Cases whose every probe passes, % (per runtime, exporter and opset)"
-    _write_text(
-        folder / "pass_rate.svg",
-        plots.line_chart(
-            title, columns, series, y_label="% of cases", y_max=100, dashed=[k for k in series if k.startswith("torchscript")]
-        ),
-    )
-    figures.append((title, "plots/pass_rate.svg"))
+        for exporter, opset in sorted({(e, o) for e, o, _ in rate.index})
+    }
 
-    lat = df.dropna(subset=["median_ms"])
-    if not lat.empty:
-        coverage = lat.groupby(["exporter", "opset"]).size()
-        exporter, opset = max(coverage.index, key=lambda k: (coverage[k], k[0] == "torchscript", -k[1]))
-        chosen = lat[(lat["exporter"] == exporter) & (lat["opset"] == opset)]
-        wide = chosen.pivot_table(index="case", columns="column", values="median_ms", aggfunc="first")
-        measured = [c for c in columns if c in wide.columns]
-        complete = wide.reindex(columns=measured).dropna()
-        if not complete.empty:
-            newest = complete[measured[-1]].sort_values()
-            n = len(newest)
-            picks = sorted({round(q * (n - 1) / (REPRESENTATIVE - 1)) for q in range(REPRESENTATIVE)}, reverse=True)
-            names = [newest.index[i] for i in picks]
-            lat_series = {
-                name: [float(wide.loc[name, c]) * 1e3 if c in wide.columns else None for c in columns] for name in names
-            }
-            title = f"Median latency of the example probe, µs ({exporter}, opset {opset}; serial, 1 thread)"
-            _write_text(folder / "latency.svg", plots.line_chart(title, columns, lat_series, y_label="µs"))
-            figures.append((title, "plots/latency.svg"))
+
+def _plots(
+    results: Path, folded: pd.Series, columns: list[str], twins: Sequence[str], runtime_axis: str
+) -> list[tuple[str, str]]:
+    """Write results/plots/*.svg; return (title, path relative to results/) for the README: the pass rate of the
+    fixed twins (the models written as the cards recommend: what a user can ship), then of every case (the
+    gotchas included, which fail on purpose), per exporter × opset over the runtimes."""
+    folder = results / "plots"
+    folder.mkdir(exist_ok=True)
+    for stale in ("latency.svg",):  # the latency plot went: five toy cases' medians said nothing a user can use
+        (folder / stale).unlink(missing_ok=True)
+    figures = []
+    charts = (
+        ("pass_rate", f"Fixed twins ({len(twins)} cases) whose every probe passes, % per exporter and opset", twins),
+        ("pass_rate_all", "Every case (the gotchas fail on purpose) whose every probe passes, %", None),
+    )
+    for name, title, cases in charts:
+        series = _pass_rates(folded, columns, cases)
+        if not series:
+            continue
+        dashed = [k for k in series if k.startswith("torchscript")]
+        svg = plots.line_chart(
+            title, columns, series, y_label="% of cases", x_label=runtime_axis, y_max=100, dashed=dashed
+        )
+        _write_text(folder / f"{name}.svg", svg)
+        figures.append((title, f"plots/{name}.svg"))
     return figures
 
 
@@ -773,6 +841,9 @@ def _case_section(
             lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")
     if card.get("fixes"):
         lines.append(f"- **fixed twin of** [{card['fixes']}]({card['fixes']}.md)")
+    if card.get("exporters"):
+        lines.append(f"- **applies to** {card['exporters']} only (the other exporter's cells are skipped): "
+                     f"{_md_escape(card.get('skip_reason', ''))}")
     if card.get("source_file"):
         lines.append(f"- defined in `{card['source_file']}`")
     if verdicts:
@@ -787,7 +858,7 @@ def _case_section(
                 r.exporter,
                 r.opset,
                 "ok" if r.ok else ("skipped" if r.error_class == "Skipped" else f"**{r.error_class}**"),
-                r.opset_actual or "",
+                r.opset_asked or r.opset,
                 r.ir_version or "",
                 _md_escape(r.checker or ""),
                 f"{len(r.warnings)} ({tracer} Tracer)" if r.warnings else "0",
@@ -797,7 +868,7 @@ def _case_section(
                 f"{r.seconds:.2f}",
             ]
         )
-    headers = ["exporter", "opset", "export", "opset out", "IR", "checker", "warnings", "nodes", "Constant", "init", "s"]
+    headers = ["exporter", "opset", "export", "asked", "IR", "checker", "warnings", "nodes", "Constant", "init", "s"]
     lines += [tabulate(rows, headers=headers, tablefmt="github"), ""]
 
     torch_failed = {p: e for r in exports for p, e in r.probe_errors.items()}

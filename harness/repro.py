@@ -308,7 +308,8 @@ def _docstring(
     rec: ExportRecord, probes: list[str], cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]], weightless: bool
 ) -> str:
     art = rec.key.id
-    title = f"Standalone reproducer of {art}: case {rec.case}, {rec.exporter} exporter, opset {rec.opset} requested"
+    asked = rec.opset_asked or rec.opset
+    title = f"Standalone reproducer of {art}: case {rec.case}, {rec.exporter} exporter, opset {asked} requested"
     title += f" ({rec.opset_actual} in the model, IR version {rec.ir_version})." if rec.opset_actual else "."
     lines = [
         *_wrap(_doc_text(title), "", ""),

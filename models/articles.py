@@ -227,6 +227,9 @@ register(
         dynamic=BATCH,
         script=True,
         fixes="loop_unrolled",
+        exporters=("torchscript",),
+        skip_reason="a ScriptModule's Loop is exported by the torchscript exporter only (torch.export does not consume "
+        "TorchScript); the dynamo fix is torch.cond/while_loop or a fixed count",
         card=Card(
             symptom="The dynamo exporter cannot take a ScriptModule; only the torchscript exporter emits a Loop.",
             cause="torch.jit.script keeps range(int(n)) as prim::Loop, which the torchscript exporter maps to ONNX "

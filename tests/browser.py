@@ -54,8 +54,8 @@ def chromium() -> Iterator[Any]:
 class Page:
     """A page with every console message and uncaught error recorded."""
 
-    def __init__(self, browser: Any, url: str) -> None:
-        self.page = browser.new_page(viewport={"width": 1400, "height": 900})
+    def __init__(self, browser: Any, url: str, viewport: tuple[int, int] = (1400, 900)) -> None:
+        self.page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         self.console: list[tuple[str, str]] = []
         self.dialogs: list[str] = []
         self.page.on("console", lambda m: self.console.append((m.type, m.text)))
@@ -69,7 +69,12 @@ class Page:
         return [m for m in self.console if m[0] in ("error", "pageerror", "warning")]
 
     def rows(self) -> int:
-        return int(self.page.locator("#grid tbody tr").count())
+        """Rows the grid holds after its filters (only those in view are in the document)."""
+        return int(self.page.evaluate("document.getElementById('grid').dataset.rows"))
+
+    def view(self) -> dict[str, Any]:
+        """What the grid shows, in order: ``rows`` as [case, exporter, opset], ``columns``."""
+        return dict(self.page.evaluate("window.matrixView()"))
 
     def close(self) -> None:
         self.page.close()

@@ -84,3 +84,19 @@ def test_the_export_requirements_merge_matrix_toml_the_command_line_and_the_corp
         requirements_of(matrix, ["onnxruntime==1.20.1"], [], ROOT)
     with pytest.raises(HarnessError, match=r"^--with: 'https://example.com/x.whl' is not a requirement"):
         requirements_of(matrix, ["https://example.com/x.whl"], [], ROOT)
+
+
+def test_a_case_for_one_exporter_says_why_the_other_does_not_apply() -> None:
+    """Its cells under the other exporter are `skipped` with that reason: a case that narrows its exporters
+    without one, or to none, is refused at registration."""
+
+    def case(**fields: object) -> corpus.Case:
+        return corpus.Case(name="mine", model=lambda: None, inputs=lambda: {}, source_file="mine.py", **fields)  # type: ignore[arg-type,return-value]
+
+    with pytest.raises(HarnessError, match=r"case 'mine' applies to torchscript only: set skip_reason to say why"):
+        corpus.Registry().add(case(exporters=("torchscript",)))
+    with pytest.raises(HarnessError, match=r"case 'mine': exporters is empty"):
+        corpus.Registry().add(case(exporters=()))
+    corpus.Registry().add(case(exporters=("torchscript",), skip_reason="a ScriptModule"))
+    scripted = corpus.load(["models.articles"], ROOT)["loop_scripted"]
+    assert scripted.exporters == ("torchscript",) and "torchscript exporter only" in scripted.skip_reason

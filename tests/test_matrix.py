@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.matrix import KNOWN_RELEASES, load, version_tuple
+from harness.matrix import EXPORTER_OPSETS, KNOWN_RELEASES, load, version_tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,8 +45,17 @@ def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 def test_the_committed_matrix_loads_and_meets_the_profile_rules() -> None:
     m = load(ROOT / "matrix.toml")
     default = m.profile("default")
-    assert {13, 17, 18, 20} <= set(default.opsets)
     assert set(default.exporters) == {"torchscript", "dynamo"}
+    # every opset that is some runtime's frontier is asked of an exporter that writes it (the frontiers:
+    # results/README.md, "What each runtime loads"); TorchScript's whole upper range, dynamo's own 18
+    assert {13, 17, 18, 19, 20, 21, 22, 23} <= set(default.opsets_of("torchscript"))
+    assert {18, 21, 26, 28} <= set(default.opsets_of("dynamo"))
+    assert min(default.opsets_of("dynamo")) >= 18  # below 18 dynamo rewrites the request: profile `full` asks it
+    full_profile = m.profile("full")
+    for exporter, (_, high) in EXPORTER_OPSETS.items():
+        assert set(default.opsets_of(exporter)) <= set(full_profile.opsets_of(exporter))
+        assert max(full_profile.opsets_of(exporter)) == high
+    assert m.profile("nightly").exports() == default.exports()
     # default: the newest patch of every minor from 1.15 to the newest
     full = {version_tuple(rt.version)[:2]: rt.version for rt in default.runtimes}
     newest_patch: dict[tuple[int, ...], str] = {}
@@ -92,7 +101,27 @@ BAD = [
     (
         "opset-range",
         GOOD.replace("opsets = [17, 18]", "opsets = [17, 99]"),
-        r"profiles\.default\.opsets: opset 99 is out of range; use 7\.\.25",
+        r"profiles\.default\.opsets: opset 99 is out of range; the torchscript exporter writes 7\.\.23",
+    ),
+    (
+        "opset-range-per-exporter",
+        GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [18, 24], dynamo = [18] }"),
+        r"profiles\.default\.opsets\.torchscript: opset 24 is out of range; the torchscript exporter writes 7\.\.23",
+    ),
+    (
+        "opsets-missing-an-exporter",
+        GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [18] }"),
+        r"profiles\.default\.opsets: has no list for dynamo; add `dynamo = \[18\]` or drop it from exporters",
+    ),
+    (
+        "opsets-unknown-exporter",
+        GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [18], dynamo = [18], dynamoo = [21] }"),
+        r"profiles\.default\.opsets\.dynamoo: unknown key \(did you mean 'dynamo'\?\)",
+    ),
+    (
+        "opsets-per-exporter-duplicate",
+        GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [18], dynamo = [21, 21] }"),
+        r"profiles\.default\.opsets\.dynamo: lists 21 twice; remove the duplicate",
     ),
     (
         "provider",
@@ -125,7 +154,11 @@ BAD = [
         r"profiles\.default\.runtimes: onnxruntime==1\.20\.1 is not declared; add a \[\[runtimes\]\] entry",
     ),
     ("no-default-profile", GOOD.replace("[profiles.default]", "[profiles.nightly]"), r"profiles: has no \[profiles\.default\]"),
-    ("wrong-type", GOOD.replace("opsets = [17, 18]", 'opsets = "17"'), r"profiles\.default\.opsets: must be list, got '17'"),
+    (
+        "wrong-type",
+        GOOD.replace("opsets = [17, 18]", 'opsets = "17"'),
+        r"profiles\.default\.opsets: must be list or dict, got '17'",
+    ),
     ("not-toml", GOOD + "\n[broken\n", r"matrix\.toml: not valid TOML"),
     ("export-unpinned", GOOD.replace('torch = "2.13.0"', 'torch = "2.13"'), r"export\.torch: '2\.13' is not pinned"),
     (
@@ -182,3 +215,44 @@ def test_export_budgets_requirements_and_the_scaled_tolerance(tmp_path: Path) ->
     defaults = _load(tmp_path, GOOD)
     assert defaults.export.requirements == () and defaults.scaled == 1e-5
     assert (defaults.export.timeout, defaults.export.reference_timeout) == (600.0, 300.0)
+
+
+def test_a_profile_can_ask_each_exporter_for_its_own_opsets(tmp_path: Path) -> None:
+    m = _load(tmp_path, GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [20, 17], dynamo = [18, 28] }"))
+    prof = m.profile("default")
+    assert prof.opsets_of("torchscript") == (17, 20) and prof.opsets_of("dynamo") == (18, 28)
+    assert prof.opsets == (17, 18, 20, 28)  # the union, for what reads the whole axis
+    assert prof.exports() == [("torchscript", 17), ("torchscript", 20), ("dynamo", 18), ("dynamo", 28)]
+    same = _load(tmp_path, GOOD.replace("opsets = [17, 18]", "opsets = { torchscript = [17, 18], dynamo = [18, 17] }"))
+    assert same.profile("default").exporter_opsets == ()  # the same list for both is the plain form
+    assert same.profile("default").exports() == [(e, o) for e in ("torchscript", "dynamo") for o in (17, 18)]
+
+
+def test_each_exporter_s_range_is_what_torch_writes(tmp_path: Path) -> None:
+    """EXPORTER_OPSETS, which the profiles are checked against, asked of the real exporters (torch 2.13):
+    TorchScript writes its last opset as asked and refuses the next; dynamo writes 18 and its last as asked,
+    and rewrites a request below 18 for a model its converter cannot take down (a Reduce with axes)."""
+    import warnings
+
+    import onnx
+    import torch
+
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x).mean(dim=1) + 1
+
+    def written(exporter: str, opset: int) -> int:
+        path = tmp_path / f"{exporter}{opset}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Net(), (torch.randn(2, 3),), str(path), opset_version=opset, dynamo=exporter == "dynamo")
+        return next(o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx"))
+
+    ts_high = EXPORTER_OPSETS["torchscript"][1]
+    assert written("torchscript", ts_high) == ts_high and written("torchscript", 13) == 13
+    with pytest.raises(Exception, match=f"Unsupported onnx_opset_version: {ts_high + 1}"):
+        written("torchscript", ts_high + 1)
+    dyn_high = EXPORTER_OPSETS["dynamo"][1]
+    assert written("dynamo", dyn_high) == dyn_high and written("dynamo", 18) == 18 and written("dynamo", 21) == 21
+    assert written("dynamo", dyn_high + 1) == 18  # past its converter's last: it keeps what it built
+    assert written("dynamo", 17) == 18

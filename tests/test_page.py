@@ -88,14 +88,34 @@ def _published() -> list[dict[str, Any]]:
     return [json.loads(line) for line in (ROOT / "results" / "matrix.jsonl").read_text().splitlines()]
 
 
+def _worst(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int, str, str], str]:
+    """What each published grid cell shows, worked out from the raw rows: the worst status over its probes."""
+    shown: dict[tuple[str, str, int, str, str], str] = {}
+    for r in rows:
+        if r["case"] == "*":
+            continue
+        k = (r["case"], r["exporter"], r["opset"], r["runtime"], r["provider"])
+        if k not in shown or Status(r["status"]).severity > Status(shown[k]).severity:
+            shown[k] = r["status"]
+    return shown
+
+
+def _typed(p: Page, text: str) -> None:
+    """Fill the case box and wait for the debounced rebuild (the state reaches the URL when it is done)."""
+    p.page.fill("#f-case", text)
+    p.page.wait_for_function("(t) => new URLSearchParams(location.hash.slice(1)).get('case') === (t || null)", arg=text)
+
+
 def test_the_published_page_shows_the_full_table(chromium: Any) -> None:
     rows = _published()
     artifacts = {(r["case"], r["exporter"], r["opset"]) for r in rows if r["case"] != "*"}
     runtimes = sorted({r["runtime"] for r in rows}, key=lambda pin: tuple(int(x) for x in pin.split("==")[1].split(".")))
+    shown = _worst(rows)
     p = Page(chromium, PUBLISHED.as_uri())
     try:
         assert p.errors == [], p.errors
         assert p.rows() == len(artifacts)
+        assert 0 < p.page.locator("#grid tbody tr[data-row]").count() < 120  # only the rows in view are built
         headers = p.page.locator("#grid thead th").all_text_contents()
         loads = json.loads((ROOT / "results" / "frontier.json").read_text())  # each header: version, then what it loads
         assert headers[3:] == [
@@ -108,29 +128,157 @@ def test_the_published_page_shows_the_full_table(chromium: Any) -> None:
         assert 0 < p.rows() == dynamo < len(artifacts)
         p.page.select_option("#f-opset", "18")
         assert p.rows() == sum(1 for a in artifacts if a[1:] == ("dynamo", 18))
-        p.page.fill("#f-case", "frozen_batch")
-        names = set(p.page.locator("#grid td.name").all_text_contents())
+        _typed(p, "frozen_batch")
+        names = {r[0] for r in p.view()["rows"]}
         assert names == {a[0] for a in artifacts if "frozen_batch" in a[0] and a[1:] == ("dynamo", 18)}
 
         p.page.click("#f-reset")
         assert p.rows() == len(artifacts)
-        p.page.select_option("#f-status", "load-fail")
-        failing = {(r["case"], r["exporter"], r["opset"]) for r in rows if r["status"] == "load-fail"}
+        p.page.select_option("#f-status", "load-fail")  # rows with a cell that *shows* load-fail, not any probe
+        failing = {k[:3] for k, status in shown.items() if status == "load-fail"}
         assert p.rows() == len(failing)
         p.page.select_option("#f-runtime", runtimes[-1])
-        newest = {
-            (r["case"], r["exporter"], r["opset"]) for r in rows if r["status"] == "load-fail" and r["runtime"] == runtimes[-1]
-        }
+        newest = {k[:3] for k, status in shown.items() if status == "load-fail" and k[3] == runtimes[-1]}
         assert p.rows() == len(newest) < len(failing)
         assert p.page.locator("#grid thead th").count() == 4
+        legend = p.page.locator("#legend li[data-status='load-fail']").text_content() or ""
+        assert legend.endswith(f"load-fail: {len(newest)}"), legend  # the legend counts the cells shown
         p.page.click("#f-reset")
 
         p.page.click("#grid thead th[data-key='opset']")
-        opsets = [int(t) for t in p.page.locator("#grid tbody tr td:nth-child(3)").all_text_contents()]
-        assert opsets == sorted(opsets) and opsets[0] < opsets[-1]
+        opsets = [r[2] for r in p.view()["rows"]]
+        assert opsets == sorted(opsets) and opsets[0] < opsets[-1] and len(opsets) == len(artifacts)
         p.page.click("#grid thead th[data-key='opset']")
-        opsets = [int(t) for t in p.page.locator("#grid tbody tr td:nth-child(3)").all_text_contents()]
+        opsets = [r[2] for r in p.view()["rows"]]
         assert opsets == sorted(opsets, reverse=True)
+        p.page.evaluate("document.getElementById('wrap').scrollTop = 1e9")  # the last rows are built on scroll
+        last = "document.querySelector('#grid tbody tr[data-v]:last-of-type')?.dataset.v"
+        p.page.wait_for_function(f"{last} === '{len(artifacts) - 1}'")
+        assert p.errors == [], p.errors
+    finally:
+        p.close()
+
+
+def test_the_page_opens_on_the_answer_for_the_newest_runtime_and_links_into_what_fails(chromium: Any) -> None:
+    """The top of the page is what `harness recommend` says: for the runtime picked, the recommended exporter ×
+    opset, each exporter's best, the frontier, the pass count per exporter × opset; its link filters the grid."""
+    import subprocess
+    import sys
+
+    rows = _published()
+    newest = max({r["runtime"] for r in rows}, key=lambda pin: tuple(int(x) for x in pin.split("==")[1].split(".")))
+    said = subprocess.run([sys.executable, "-m", "harness", "recommend", "--runtime", newest], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    label = said.split("recommended: ", 1)[1].split(":", 1)[0] if "recommended: " in said else None
+    p = Page(chromium, PUBLISHED.as_uri())
+    try:
+        assert p.page.locator("#a-runtime").input_value() == newest
+        best = p.page.locator("#a-best").text_content() or ""
+        if label:
+            assert best.startswith(f"Recommended: {label} — ")
+            assert p.page.locator("#a-table td.best").count() == 1
+        frontier = json.loads((ROOT / "results" / "frontier.json").read_text())[newest]
+        loads = f"loads up to IR {frontier['max_ir']} / opset {frontier['max_opset']}"
+        assert loads in (p.page.locator("#a-frontier").text_content() or "")
+        exporters = {r["exporter"] for r in rows if r["runtime"] == newest}
+        assert p.page.locator("#a-each li").count() == len(exporters)
+        older = sorted({r["runtime"] for r in rows}, key=lambda pin: tuple(int(x) for x in pin.split("==")[1].split(".")))[0]
+        p.page.select_option("#a-runtime", older)
+        assert older in (p.page.locator("#a-best").text_content() or "")
+        p.page.click("#a-link")
+        p.page.wait_for_function("(pin) => new URLSearchParams(location.hash.slice(1)).get('runtime') === pin", arg=older)
+        state = dict(p.page.evaluate("Object.fromEntries(new URLSearchParams(location.hash.slice(1)))"))
+        assert state["status"] == "fail" and state["set"] == "safe" and state["ask"] == older
+        assert p.view()["columns"] == [f"{older} cpu"]
+        cards = json.loads((ROOT / "results" / "cases.json").read_text())
+        safe = {n for n, c in cards.items() if c.get("fixes") or not c.get("symptom")}
+        expected = {k[:3] for k, status in _worst(rows).items()
+                    if k[3] == older and k[0] in safe and status not in ("pass", "skipped", "unavailable")}  # fmt: skip
+        assert {tuple(r) for r in p.view()["rows"]} == expected
+        assert p.errors == [], p.errors
+    finally:
+        p.close()
+
+
+def test_the_filters_live_in_the_url_and_a_shared_link_opens_the_same_view(chromium: Any) -> None:
+    p = Page(chromium, PUBLISHED.as_uri())
+    try:
+        p.page.select_option("#f-exporter", "torchscript")
+        p.page.select_option("#f-status", "mismatch")
+        _typed(p, "nan")
+        p.page.click("#grid thead th[data-key='case']")
+        url, view = p.page.url, p.view()
+        assert "exporter=torchscript" in url and "status=mismatch" in url and "case=nan" in url and "sort=case" in url
+    finally:
+        p.close()
+    q = Page(chromium, url)  # a fresh page, as whoever the link was sent to
+    try:
+        assert q.view() == view
+        assert q.page.locator("#f-exporter").input_value() == "torchscript" and q.page.locator("#f-case").input_value() == "nan"
+        bad = Page(chromium, PUBLISHED.as_uri() + "#exporter=fx&opset=abc&status=nope")  # a hand-edited link: ignored
+        try:
+            assert bad.rows() == len({(r[0], r[1], r[2]) for r in bad.view()["rows"]}) and bad.errors == []
+            assert bad.page.locator("#f-exporter").input_value() == ""
+        finally:
+            bad.close()
+    finally:
+        q.close()
+
+
+def test_cells_take_the_keyboard(chromium: Any) -> None:
+    p = Page(chromium, PUBLISHED.as_uri())
+    try:
+        first = p.page.locator("#grid tbody td[tabindex='0']")
+        assert first.count() == 1  # one tab stop for the whole grid; the arrows move within it
+        first.focus()
+        p.page.keyboard.press("ArrowDown")
+        p.page.keyboard.press("ArrowRight")
+        focused = p.page.evaluate("[document.activeElement.parentElement.dataset.v, document.activeElement.dataset.p]")
+        assert focused[0] == "1"
+        assert p.page.locator("#details").is_hidden()
+        p.page.keyboard.press("Enter")
+        assert p.page.locator("#details").is_visible()
+        assert p.view()["rows"][1][0] in (p.page.locator("#details h2").text_content() or "")
+        p.page.keyboard.press("Escape")
+        assert p.page.locator("#details").is_hidden()
+        for _ in range(60):  # past the rows built at first: the grid builds more and keeps the focus
+            p.page.keyboard.press("PageDown")
+        v = int(p.page.evaluate("document.activeElement.parentElement.dataset.v"))
+        assert v > 100 and p.errors == []
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)])
+def test_the_page_answers_and_shows_its_grid_at_desktop_and_phone_sizes(
+    chromium: Any, viewport: tuple[int, int], tmp_path: Path
+) -> None:
+    """A screenshot at each size (kept in the test's folder), with the answer in the first screen and a grid
+    that shows cells (the details only once a cell is chosen: an overlay on the phone)."""
+    p = Page(chromium, PUBLISHED.as_uri(), viewport=viewport)
+    try:
+        width, height = viewport
+        box = p.page.locator("#a-best").bounding_box()
+        assert box and box["y"] + box["height"] < height and box["width"] <= width  # the answer: in the first screen
+        assert p.page.locator("#details").is_hidden()
+        p.page.locator("#wrap").scroll_into_view_if_needed()
+        grid = p.page.locator("#wrap").bounding_box()
+        assert grid and grid["width"] >= width - 20 and grid["height"] >= 300
+        in_view = (
+            "(td) => { const r = td.getBoundingClientRect(); "
+            "return r.right <= innerWidth && r.bottom <= innerHeight && r.top >= 0; }"
+        )
+        cells = p.page.locator("#grid tbody td.c").evaluate_all(f"(tds) => tds.filter({in_view}).length")
+        assert cells >= (8 if width < 500 else 100), cells  # at 1280: many runtime columns side by side
+        p.page.screenshot(path=str(tmp_path / f"page-{width}x{height}.png"))
+        p.page.locator("#grid tbody td.c").first.click()
+        details = p.page.locator("#details").bounding_box()
+        assert details and p.page.locator("#details").is_visible()
+        if width < 500:  # an overlay over the grid, as wide as the screen
+            position = p.page.locator("#details").evaluate("(d) => getComputedStyle(d).position")
+            assert details["width"] == width and position == "fixed"
+        p.page.screenshot(path=str(tmp_path / f"page-{width}x{height}-details.png"))
+        assert (tmp_path / f"page-{width}x{height}.png").stat().st_size > 10_000
         assert p.errors == [], p.errors
     finally:
         p.close()
@@ -148,7 +296,7 @@ def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: 
         p.page.select_option("#f-runtime", newest)
         p.page.select_option("#f-exporter", "torchscript")
         p.page.select_option("#f-opset", "18")
-        p.page.fill("#f-case", "frozen_batch")
+        _typed(p, "frozen_batch")
         row = p.page.locator("#grid tbody tr", has=p.page.locator("td.name", has_text=re.compile("^frozen_batch$")))
         cell = row.locator("td.c")
         cell.hover()

@@ -32,20 +32,39 @@ def rows() -> list[dict[str, Any]]:
     return [json.loads(line) for line in (RESULTS / "matrix.jsonl").read_text().splitlines()]
 
 
-def _expected(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> tuple[int | None, set[tuple[str, int]]]:
-    """From raw rows: the highest opset at which some exporter passes every probe of every selected case, and
-    the (exporter, opset) pairs that do so there."""
-    failing: set[tuple[str, int]] = set()
-    measured: set[tuple[str, int]] = set()
-    seen: dict[tuple[str, int], set[str]] = {}
+def _applicable(rows: list[dict[str, Any]], cases: set[str]) -> dict[str, set[str]]:
+    """Per exporter, the selected cases that apply to it: those with a cell of it that is not `skipped`."""
+    out: dict[str, set[str]] = {}
     for r in rows:
-        if r["runtime"] != runtime or r["provider"] != "cpu" or r["case"] not in cases:
-            continue
-        measured.add((r["exporter"], r["opset"]))
-        seen.setdefault((r["exporter"], r["opset"]), set()).add(r["case"])
-        if r["status"] != "pass":
-            failing.add((r["exporter"], r["opset"]))
-    safe = {eo for eo in measured if eo not in failing and seen[eo] == cases}
+        if r["case"] in cases and r["status"] != "skipped":
+            out.setdefault(r["exporter"], set()).add(r["case"])
+    return out
+
+
+def _options(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> dict[tuple[str, int], bool]:
+    """From raw rows and rewrites.json: per (exporter, opset asked) on ``runtime``'s CPU column, whether every
+    selected case that applies to the exporter passes every probe there (a request the exporter wrote at
+    another opset is that row; a skipped cell is neither a pass nor a failure)."""
+    rewrites = json.loads((RESULTS / "rewrites.json").read_text()) if (RESULTS / "rewrites.json").exists() else []
+    status: dict[tuple[str, int, str], set[str]] = {}
+    for r in rows:
+        if r["runtime"] == runtime and r["provider"] == "cpu" and r["case"] in cases:
+            status.setdefault((r["exporter"], r["opset"], r["case"]), set()).add(r["status"])
+    for w in rewrites:
+        if (w["exporter"], w["asked"], w["case"]) not in status and (w["exporter"], w["wrote"], w["case"]) in status:
+            status[(w["exporter"], w["asked"], w["case"])] = status[(w["exporter"], w["wrote"], w["case"])]
+    applies = _applicable(rows, cases)
+    out: dict[tuple[str, int], bool] = {}
+    for exporter, opset in {k[:2] for k in status}:
+        verdicts = {c: status.get((exporter, opset, c), {"missing"}) - {"skipped"} for c in applies[exporter]}
+        out[(exporter, opset)] = all(v == {"pass"} for v in verdicts.values())
+    return out
+
+
+def _expected(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> tuple[int | None, set[tuple[str, int]]]:
+    """The highest opset at which some exporter passes every selected case that applies to it, and the
+    (exporter, opset) pairs that do so there."""
+    safe = {eo for eo, ok in _options(rows, runtime, cases).items() if ok}
     top = max((o for _, o in safe), default=None)
     return top, {eo for eo in safe if eo[1] == top}
 
@@ -84,14 +103,7 @@ def test_the_answer_agrees_with_the_table(rows: list[dict[str, Any]], asked: str
 
 
 def _safe_per_exporter(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> set[tuple[str, int]]:
-    ok: dict[tuple[str, int], bool] = {}
-    seen: dict[tuple[str, int], set[str]] = {}
-    for r in rows:
-        if r["runtime"] == runtime and r["provider"] == "cpu" and r["case"] in cases:
-            k = (r["exporter"], r["opset"])
-            ok[k] = ok.get(k, True) and r["status"] == "pass"
-            seen.setdefault(k, set()).add(r["case"])
-    return {k for k, v in ok.items() if v and seen[k] == cases}
+    return {eo for eo, ok in _options(rows, runtime, cases).items() if ok}
 
 
 def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None:
@@ -175,3 +187,77 @@ def test_a_column_where_nothing_ran_has_no_answer() -> None:
 
     with pytest.raises(recommend.HarnessError, match=r"no cell ran in this table \(env-error: onnxruntime fails to import\)"):
         recommend.recommend(spread_wide(cells), "onnxruntime==1.20.1", "cpu", ["a"], "1 case")
+
+
+def test_a_case_that_does_not_apply_to_an_exporter_never_makes_it_none() -> None:
+    """A twin written for TorchScript (a scripted Loop) is `skipped` under dynamo: dynamo's answer counts the
+    cases that apply to it, names the skipped one apart, and a real failure still fails it."""
+    cells = [
+        _cell("twin", "torchscript", 20, Status.PASS),
+        _cell("twin", "dynamo", 20, Status.PASS),
+        _cell("scripted", "torchscript", 20, Status.PASS),
+        _cell("scripted", "dynamo", 20, Status.SKIPPED).replace(error_line="a ScriptModule's Loop is torchscript only"),
+        _cell("twin", "dynamo", 21, Status.PASS),
+        _cell("scripted", "dynamo", 21, Status.SKIPPED),
+        _cell("twin", "dynamo", 18, Status.MISMATCH),
+        _cell("scripted", "dynamo", 18, Status.SKIPPED),
+    ]
+    answer = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["twin", "scripted"], "2 cases")
+    best = recommend.per_exporter(answer)
+    assert best["dynamo"].ok and best["dynamo"].opset == 21 and best["dynamo"].selected == 1
+    assert best["dynamo"].skipped[0][0] == "scripted"
+    assert answer.best is not None and answer.best.label == "dynamo opset 21"  # the highest safe opset of either
+    dyn18 = next(o for o in answer.options if (o.exporter, o.opset) == ("dynamo", 18))
+    assert not dyn18.ok and [c for c, _ in dyn18.failing] == ["twin"]
+    text = recommend.render(answer)
+    assert "best per exporter (--exporter X answers for one):" in text
+    assert "  torchscript: opset 20: all 2 pass" in text
+    assert "  dynamo: opset 21: the 1 case passes; scripted skipped: does not apply to dynamo" in text
+
+    only = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["twin", "scripted"], "2 cases", exporter="torchscript")
+    assert {o.exporter for o in only.options} == {"torchscript"} and only.best is not None and only.best.opset == 20
+    assert "(torchscript exporter only)" in recommend.render(only) and "best per exporter" not in recommend.render(only)
+    with pytest.raises(recommend.HarnessError, match=r"--exporter dynamoo: not in this table \(did you mean 'dynamo'\?\)"):
+        recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["twin"], "1 case", exporter="dynamoo")
+
+
+def test_recommend_for_one_exporter_on_the_newest_runtime_names_an_opset_of_it(rows: list[dict[str, Any]]) -> None:
+    """The question of a dynamo user on the newest runtime: answered for dynamo alone, an opset that every
+    fixed twin applying to dynamo passes (or the twin that fails and why), agreeing with the raw rows."""
+    newest = max({r["runtime"] for r in rows}, key=_version)
+    cards = json.loads((RESULTS / "cases.json").read_text())
+    twins = {name for name, card in cards.items() if card.get("fixes") or not card.get("symptom")}
+    for exporter in ("dynamo", "torchscript"):
+        proc = harness("recommend", "--runtime", newest, "--exporter", exporter)
+        safe = [o for (e, o) in _safe_per_exporter(rows, newest, twins) if e == exporter]
+        assert proc.returncode == (0 if safe else 1), proc.stderr
+        assert f"({exporter} exporter only)" in proc.stdout.splitlines()[0]
+        if safe:
+            assert f"recommended: {exporter} opset {max(safe)}: " in proc.stdout
+        else:
+            assert f"no {exporter} exporter and opset passes" in proc.stdout
+        other = "torchscript" if exporter == "dynamo" else "dynamo"
+        assert f"{other} opset" not in proc.stdout
+
+
+def test_a_request_the_exporter_wrote_at_another_opset_is_answered_by_that_row() -> None:
+    """Asked for 28, dynamo keeps 18 for an SDPA model (its converter does not take it up): the table holds one
+    row, at 18; the option "dynamo opset 28" is answered by it, and says so, rather than "not measured"."""
+    cells = [
+        _cell("sdpa", "dynamo", 18, Status.PASS),
+        _cell("plain", "dynamo", 18, Status.PASS),
+        _cell("plain", "dynamo", 28, Status.PASS),
+    ]
+    blind = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases")
+    assert blind.best is not None and blind.best.opset == 18  # without the fact, 28 lacks sdpa
+    answer = recommend.recommend(
+        cells, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases", rewrites={("sdpa", "dynamo", 28): 18}
+    )
+    assert answer.best is not None and answer.best.opset == 28 and answer.best.written == (("sdpa", 18),)
+    assert answer.best.corpus_total == 2
+    assert "sdpa written at opset 18 (asked for 28, the exporter kept what it built)" in recommend.render(answer)
+    failing = [_cell("sdpa", "dynamo", 18, Status.MISMATCH), _cell("plain", "dynamo", 28, Status.PASS)]
+    worse = recommend.recommend(
+        failing, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases", rewrites={("sdpa", "dynamo", 28): 18}
+    )
+    assert [c for c, _ in next(o for o in worse.options if o.opset == 28).failing] == ["sdpa"]
