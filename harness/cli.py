@@ -313,8 +313,8 @@ def _answer(args: argparse.Namespace) -> int:
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
     source = str(published.table_path(args.results or published.default_results()))
-    cells = published.read_cells(source)
-    runtime = recommend.resolve_runtime(args.runtime, cells, source)
+    runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)
+    cells = published.read_cells(source, runtime=runtime)  # the other columns do not enter the answer
     names, selection = recommend.select(
         cells, published.read_cases(source), source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all
     )

@@ -69,15 +69,27 @@ def table_path(path: str | Path) -> Path:
     return p
 
 
-def read_cells(path: str | Path, *, spread: bool = True) -> list[CellRecord]:
-    """Every cell of a published ``matrix.jsonl`` or a shard; with ``spread``, a runtime-wide record (an
-    ``env-error`` for a whole column) is spread over the artifacts and probes the same file measures
-    elsewhere (:func:`spread_wide`)."""
+_RUNTIME = re.compile(r'"runtime":\s*"([^"]*)"')
+
+
+def read_pins(path: str | Path) -> list[str]:
+    """Every runtime pin of a published ``matrix.jsonl`` or a shard, oldest first, without parsing its cells."""
+    p = table_path(path)
+    with open(p, encoding="utf-8") as f:
+        return runtime_order({m.group(1) for line in f for m in _RUNTIME.finditer(line, 0, 400)})
+
+
+def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:
+    """Every cell of a published ``matrix.jsonl`` or a shard (only ``runtime``'s, when given: a line of
+    another runtime is not parsed); with ``spread``, a runtime-wide record (an ``env-error`` for a whole
+    column) is spread over the artifacts and probes the same file measures elsewhere (:func:`spread_wide`)."""
     p = table_path(path)
     cells: dict[str, CellRecord] = {}
     with open(p, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
+                continue
+            if runtime is not None and (m := _RUNTIME.search(line)) and m.group(1) != runtime:
                 continue
             try:
                 cell = CellRecord.from_dict(json.loads(line))

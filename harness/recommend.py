@@ -72,10 +72,10 @@ class Answer:
         return self.options[0] if self.options and self.options[0].ok else None
 
 
-def resolve_runtime(spec: str, cells: Iterable[CellRecord], source: str) -> str:
-    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (``ortgpu-1.31.1``, ``trt-10.13.3.9``) → a pin the
-    table measured, or one line naming the nearest measured ones (or saying that it is not a version)."""
-    pins = runtime_order(c.runtime for c in cells)
+def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
+    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (``ortgpu-1.31.1``, ``trt-10.13.3.9``) → one of the
+    ``measured`` pins, or one line naming the nearest measured ones (or saying that it is not a version)."""
+    pins = runtime_order(measured)
     versions = [p.split("==")[1] for p in pins]
     measured = f"{versions[0]} … {versions[-1]}" if len(pins) > 2 else ", ".join(pins) or "nothing"
     text = spec.strip()
