@@ -31,14 +31,15 @@ def slow():
 
 
 class Chain(torch.nn.Module):
-    '''A real model whose every run takes seconds: 40 products of 768x768 matrices.'''
+    '''A real model whose every run takes seconds: 120 products of 768x768 matrices (40 made the reference pass
+    a close call with its 1 s budget on a fast machine).'''
 
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(768, 768) / 28)
 
     def forward(self, x):
-        for _ in range(40):
+        for _ in range(120):
             x = torch.tanh(x @ self.w)
         return x
 
