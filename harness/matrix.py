@@ -373,6 +373,40 @@ class _Reader:
         return tuple(value)
 
 
+def _fraction(reader: _Reader, key: str, default: float) -> float:
+    """A finite number strictly between 0 and 1 (a relative change: 0 never settles, 1 always has)."""
+    value = float(reader.number(key, default))
+    if not 0 < value < 1:
+        reader.fail(f"must be between 0 and 1 (a fraction, e.g. 0.02), got {value!r}", key)
+    return value
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _corpus_problem(root: Path, name: str) -> str | None:
+    """Why a ``[corpus] modules`` entry cannot be found from ``root`` (None: it can). A ``.py`` path must be a
+    file; a dotted name a module under ``root`` or one Python finds (an installed package), without importing
+    it: matrix.toml is read where torch is not."""
+    import importlib.util
+
+    if name.endswith(".py"):
+        return None if (root / name).is_file() else f"no such file under {root}; fix the path or remove it"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+        return "is neither a dotted module name (models.articles) nor a .py path"
+    parts = name.split(".")
+    local = root.joinpath(*parts)
+    if local.with_suffix(".py").is_file() or (local / "__init__.py").is_file():
+        return None
+    if (root / parts[0]).exists():  # a package of this project: the module is not in it
+        return f"no module {name} under {root} (no {local.with_suffix('.py').relative_to(root)}); fix the name or remove it"
+    try:
+        found = importlib.util.find_spec(parts[0]) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"no module {parts[0]!r} here or installed; fix the name or remove it"
+
+
 def _profile_opsets(file: str, where: str, pp: _Reader, exporters: Sequence[str]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """``opsets = [17, 18]`` (every exporter) or ``opsets = {torchscript = [..], dynamo = [..]}`` (one list per
     exporter of the profile), each opset within what its exporter writes."""
@@ -462,10 +496,16 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     """
     path = Path(path)
     file = path.name
+    if path.is_dir():
+        raise HarnessError(f"{path}: is a folder; pass the matrix file itself, e.g. --matrix {path / 'matrix.toml'}")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise HarnessError(f"{path}: no such file; run from the project root or pass --matrix PATH") from None
+    except UnicodeDecodeError as exc:
+        raise HarnessError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -505,6 +545,10 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     co = _Reader(file, "corpus", top.get("corpus", dict, required=True))
     co.only("modules")
     corpus = co.strings("modules")
+    for name in corpus:
+        problem = _corpus_problem(path.resolve().parent, name)
+        if problem:
+            co.fail(f"{name!r}: {problem}", "modules")
 
     pr = _Reader(file, "probes", top.get("probes", dict, {}))
     pr.only("batch_sizes")
@@ -533,7 +577,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         min_runs=la.number("min_runs", 20, minimum=1, integer=True),
         max_runs=la.number("max_runs", 200, minimum=1, integer=True),
         budget_seconds=float(la.number("budget_seconds", 0.25)),
-        stability=float(la.number("stability", 0.02)),
+        stability=float(_fraction(la, "stability", 0.02)),
     )
     if latency.max_runs < latency.min_runs:
         la.fail(f"max_runs ({latency.max_runs}) is below min_runs ({latency.min_runs}); raise max_runs", "max_runs")
@@ -575,6 +619,8 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         top.fail("has no [profiles.default]; add one (nox -s matrix runs it)", "profiles")
     profiles: dict[str, Profile] = {}
     for name, raw in profiles_raw.items():
+        if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
+            top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
         pp = _Reader(file, f"profiles.{name}", raw)
         pp.only("runtimes", "providers", "precisions", "exporters", "opsets")
         refs = pp.strings("runtimes")

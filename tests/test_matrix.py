@@ -155,6 +155,29 @@ BAD = [
     ),
     ("no-default-profile", GOOD.replace("[profiles.default]", "[profiles.nightly]"), r"profiles: has no \[profiles\.default\]"),
     (
+        "stability-not-a-fraction",
+        GOOD + "\n[latency]\nstability = 1.5\n",
+        r"latency\.stability: must be between 0 and 1 \(a fraction, e\.g\. 0\.02\), got 1\.5",
+    ),
+    (
+        "corpus-module-missing",
+        GOOD.replace('modules = ["models.articles"]', 'modules = ["models.articles", "nosuchpkg.cases"]'),
+        r"corpus\.modules: 'nosuchpkg\.cases': no module 'nosuchpkg' here or installed; fix the name or remove it",
+    ),
+    (
+        "corpus-file-missing",
+        GOOD.replace('modules = ["models.articles"]', 'modules = ["models.articles", "mine.py"]'),
+        r"corpus\.modules: 'mine\.py': no such file under .*; fix the path or remove it",
+    ),
+    (
+        "profile-name-a-path",
+        GOOD.replace(
+            "[profiles.default]",
+            '[profiles."../elsewhere"]\nruntimes = ["onnxruntime==1.32.0"]\nopsets = [18]\n\n[profiles.default]',
+        ),
+        r"profiles: profile name '\.\./elsewhere' must be letters, digits, '-', '_' or '\.' \(it names a folder\)",
+    ),
+    (
         "wrong-type",
         GOOD.replace("opsets = [17, 18]", 'opsets = "17"'),
         r"profiles\.default\.opsets: must be list or dict, got '17'",
@@ -256,3 +279,11 @@ def test_each_exporter_s_range_is_what_torch_writes(tmp_path: Path) -> None:
     assert written("dynamo", dyn_high) == dyn_high and written("dynamo", 18) == 18 and written("dynamo", 21) == 21
     assert written("dynamo", dyn_high + 1) == 18  # past its converter's last: it keeps what it built
     assert written("dynamo", 17) == 18
+
+
+def test_a_matrix_path_that_is_a_folder_or_not_utf8_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match=r": is a folder; pass the matrix file itself, e\.g\. --matrix .*matrix\.toml$"):
+        load(tmp_path)
+    (tmp_path / "matrix.toml").write_bytes(b"\xff\xfe[export]\n")
+    with pytest.raises(HarnessError, match=r"matrix\.toml: not UTF-8 text \(byte 0: invalid start byte\); save it as UTF-8$"):
+        load(tmp_path / "matrix.toml")
