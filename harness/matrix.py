@@ -577,7 +577,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         min_runs=la.number("min_runs", 20, minimum=1, integer=True),
         max_runs=la.number("max_runs", 200, minimum=1, integer=True),
         budget_seconds=float(la.number("budget_seconds", 0.25)),
-        stability=float(_fraction(la, "stability", 0.02)),
+        stability=_fraction(la, "stability", 0.02),
     )
     if latency.max_runs < latency.min_runs:
         la.fail(f"max_runs ({latency.max_runs}) is below min_runs ({latency.min_runs}); raise max_runs", "max_runs")

@@ -76,7 +76,7 @@ def read_pins(path: str | Path) -> list[str]:
     """Every runtime pin of a published ``matrix.jsonl`` or a shard, oldest first, without parsing its cells."""
     p = table_path(path)
     with open(p, encoding="utf-8") as f:
-        return runtime_order({m.group(1) for line in f for m in _RUNTIME.finditer(line, 0, 400)})
+        return runtime_order({m.group(1) for line in f if (m := _RUNTIME.search(line))})
 
 
 def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:

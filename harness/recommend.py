@@ -219,10 +219,10 @@ def recommend(
         failing, skipped, written = [], [], []
         for case in cases:
             got = by_artifact.get((exp, opset, case))
-            wrote = rewrites.get((case, exp, opset))
-            if not got and wrote is not None and by_artifact.get((exp, wrote, case)):
-                got = by_artifact[(exp, wrote, case)]
-                written.append((case, wrote))
+            if not got:
+                got, wrote = _written_row(by_artifact, rewrites, exp, opset, case)
+                if got:
+                    written.append((case, wrote))
             if not got:
                 failing.append((case, "not measured here"))
             elif all(c.status is Status.SKIPPED for c in got):
@@ -234,9 +234,12 @@ def recommend(
             for k, v in by_artifact.items()
             if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)
         }
-        for (case, e, asked), wrote in rewrites.items():  # the same export, recorded under the opset written
-            if (e, asked) == (exp, opset) and case not in corpus and by_artifact.get((exp, wrote, case)):
-                corpus[case] = by_artifact[(exp, wrote, case)]
+        for case, e, asked in rewrites:  # the same export, recorded under the opset written
+            if (e, asked) != (exp, opset) or case in corpus:
+                continue
+            got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
+            if got:
+                corpus[case] = got
         passing = sum(all(c.status in (Status.PASS, Status.SKIPPED) for c in got) for got in corpus.values())
         options.append(
             Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
@@ -244,6 +247,21 @@ def recommend(
     options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
     frontier_line = frontier.describe(loads) + " (measured)" if loads else None
     return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter)
+
+
+def _written_row(
+    by_artifact: Mapping[tuple[Any, ...], list[CellRecord]],
+    rewrites: Mapping[tuple[str, str, int], int],
+    exporter: str,
+    opset: int,
+    case: str,
+) -> tuple[list[CellRecord], int]:
+    """Where ``exporter``, asked for ``opset``, wrote another opset for ``case``: that row's cells and the opset
+    written (``[]`` when it did not, or the row is not in the table)."""
+    wrote = rewrites.get((case, exporter, opset))
+    if wrote is None:
+        return [], opset
+    return by_artifact.get((exporter, wrote, case)) or [], wrote
 
 
 def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -> str:
@@ -260,7 +278,7 @@ def _names(pairs: Sequence[tuple[str, Any]]) -> str:
     return ", ".join(c for c, _ in pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
 
 
-def _skipped(opt: Option) -> str:
+def _notes(opt: Option) -> str:
     """``; loop_scripted skipped: does not apply to dynamo`` for an option with skipped cases, and which
     cases the exporter wrote at another opset than this one."""
     said = ""
@@ -292,30 +310,30 @@ def render(answer: Answer, *, examples: int = 6) -> str:
         every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"
         lines.append(
             f"recommended: {best.label}: {every} every probe "
-            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{_skipped(best)})"
+            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{_notes(best)})"
         )
     else:
         top = answer.options[0]
         lines.append(
             f"no {answer.exporter + ' ' if answer.exporter else ''}exporter and opset passes every selected case here; "
-            f"the closest is {top.label}, where {len(top.failing)} of {top.selected} fail{_skipped(top)}"
+            f"the closest is {top.label}, where {len(top.failing)} of {top.selected} fail{_notes(top)}"
         )
     if not answer.exporter:
         lines += ["", "best per exporter (--exporter X answers for one):"]
         for exporter, opt in per_exporter(answer).items():
             said = (
-                f"opset {opt.opset}: {_passes(opt)}{_skipped(opt)}"
+                f"opset {opt.opset}: {_passes(opt)}{_notes(opt)}"
                 if opt.ok
                 else f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
-                f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_skipped(opt)}"
+                f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_notes(opt)}"
             )
             lines.append(f"  {exporter}: {said}")
     lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
     for rank, opt in enumerate(answer.options[1:] if best else answer.options):
         if opt.ok:
-            lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{_skipped(opt)})")
+            lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{_notes(opt)})")
             continue
-        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail{_skipped(opt)}:")
+        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail{_notes(opt)}:")
         reasons: dict[str, list[str]] = {}
         for case, reason in opt.failing:
             reasons.setdefault(reason, []).append(case)
