@@ -26,7 +26,7 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import plan  # noqa: E402
+from harness import lock, plan  # noqa: E402
 from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from harness.export import requirements_of  # noqa: E402
@@ -74,11 +74,12 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--no-latency", action="store_true")  # run sessions: cells only (bench/gpu_check.sh times them later)
     ap.add_argument("--with", dest="with_", action="append", default=[])  # a requirement for the export env, this run
+    ap.add_argument("--partial", action="store_true")  # report: publish what there is, labelled partial
     ns, rest = ap.parse_known_args(posargs)
     if rest:
         raise SystemExit(
             f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, "
-            "--force, --no-latency, --with"
+            "--force, --no-latency, --with, --partial"
         )
     try:
         MATRIX.profile(ns.profile)
@@ -148,6 +149,8 @@ def _has_editable_harness(session: nox.Session) -> bool:
 def _common(ns: argparse.Namespace) -> list[str]:
     return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out]
 
+
+_LOCKS: list[lock.Lock] = []
 
 # Why the export of this `nox` invocation stopped, if it did: the run and report sessions it queued then
 # start nothing (no environment is created for an export that is not there).
@@ -228,7 +231,8 @@ def report(session: nox.Session) -> None:
     started = os.environ.get("HARNESS_MATRIX_STARTED")
     if started:
         wall = ["--wall", f"{time.time() - float(started):.1f}"]
-    session.run("harness", "report", *_common(ns), "--results", ns.results, *wall)
+    partial = ["--partial"] if ns.partial else []
+    session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
 
 
 @nox.session(venv_backend="none")
@@ -236,6 +240,13 @@ def matrix(session: nox.Session) -> None:
     """The whole job: export → run on every runtime of the profile → report; a stage that is up to
     date (harness.plan: same inputs, same files, every cache entry whole) is not started."""
     ns = _options(session.posargs)
+    # One writer per build folder: held by this nox process until it exits (every session it queues runs in it)
+    # and handed to the stages it starts; a second `nox -s matrix` on the same --out is refused here, at once.
+    try:
+        _LOCKS.append(lock.acquire(ROOT / ns.out, "nox -s matrix " + " ".join(session.posargs), echo=session.log))
+    except HarnessError as exc:
+        session.error(str(exc))
+    os.environ.update(_LOCKS[-1].env())
     os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
     profile = MATRIX.profile(ns.profile)
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None

@@ -7,14 +7,16 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from harness import lock
 from harness.errors import HarnessError
-from harness.matrix import Matrix
+from harness.matrix import Matrix, Profile
 from harness.records import first_line
 
 
@@ -110,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
         "--results", default=None, help="output directory (default: results/ for profile default, else <out>/results/<profile>/)"
     )
     p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="publish even though some shards are not whole (a run killed or not run), labelled partial on the "
+        "README's first line and on the page (default: refuse, exit 2)",
+    )
 
     p = sub.add_parser(
         "recommend",
@@ -161,6 +169,10 @@ def _error(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
 
+def _note(line: str) -> None:
+    print(f"harness: {line}", file=sys.stderr)
+
+
 def _problems(problems: list[str], *, echo: bool = True) -> int:
     """Corpus problems: one line each (unless already printed); exit 2 once the rest has run."""
     if echo:
@@ -194,6 +206,23 @@ def _dispatch(args: argparse.Namespace) -> int:
     matrix = matrix_mod.load(args.matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
+    if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.lock
+        with contextlib.ExitStack() as held:
+            held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
+            if args.command == "report":
+                results = Path(args.results) if args.results else profile.results(out)
+                held.enter_context(lock.acquire(results, lock.command_line(), echo=_note))
+            return _stage(args, matrix, profile, out)
+    return _stage(args, matrix, profile, out)
+
+
+WRITERS = ("export", "run", "report", "gather")
+"""The commands that write the build folder."""
+
+
+def _stage(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import matrix as matrix_mod
+
     root = Path(args.matrix).resolve().parent
 
     if args.command == "validate":
@@ -285,7 +314,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness import report
 
         results = Path(args.results) if args.results else profile.results(out)
-        summary = report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus)
+        summary = report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus, partial=args.partial)
         print(summary)
         return 0
     raise AssertionError(args.command)

@@ -151,38 +151,50 @@ class Case:
     source_file: str = ""
     source_dir: str = ""
 
-    def all_probes(self) -> dict[str, Inputs]:
-        """The example inputs as probe ``example``, then the declared probes."""
+    def all_probes(self, errors: dict[str, str] | None = None) -> dict[str, Inputs]:
+        """The example inputs as probe ``example``, then the declared probes. A probe file that cannot be
+        used costs that probe only when ``errors`` is given (its reason is put there under the probe's
+        name); otherwise it raises."""
         example = self.inputs()
         probes: dict[str, Inputs] = {"example": example}
         declared = dict(self.probes()) if self.probes is not None else {}
-        declared.update(self._file_probes(list(example)))
+        declared.update(self._file_probes(list(example), errors))
         for name, inputs in declared.items():
             if name == "example":
                 raise HarnessError(f"{self.source_file}: case {self.name!r}: probe name 'example' is reserved; rename it")
             probes[name] = inputs
         return probes
 
-    def _file_probes(self, input_names: list[str]) -> dict[str, Inputs]:
-        import numpy as np
-        import torch
-
+    def _file_probes(self, input_names: list[str], errors: dict[str, str] | None) -> dict[str, Inputs]:
         out: dict[str, Inputs] = {}
         for pattern in self.probe_files:
             for path in sorted(Path(self.source_dir).glob(pattern)):
-                if path.suffix == ".npz":
-                    with np.load(path) as data:
-                        missing = [n for n in input_names if n not in data.files]
-                        if missing:
-                            raise HarnessError(
-                                f"{path}: case {self.name!r}: no array for input(s) {missing}; the file has {data.files}"
-                            )
-                        out[path.stem] = {n: torch.from_numpy(data[n].copy()) for n in input_names}
-                elif path.suffix == ".npy":
-                    out[path.stem] = {input_names[0]: torch.from_numpy(np.load(path))}
-                else:
-                    raise HarnessError(f"{path}: case {self.name!r}: probe files must be .npz or .npy")
+                try:
+                    out[path.stem] = self._file_probe(path, input_names)
+                except Exception as exc:  # a damaged file, a pickle, a missing array: this probe's problem alone
+                    if errors is None:
+                        raise
+                    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    errors[path.stem] = f"{PROBE_FILE_ERROR}: {path.name}: {said}"
         return out
+
+    def _file_probe(self, path: Path, input_names: list[str]) -> Inputs:
+        import numpy as np
+        import torch
+
+        if path.suffix == ".npz":
+            with np.load(path) as data:
+                missing = [n for n in input_names if n not in data.files]
+                if missing:
+                    raise HarnessError(f"{path}: case {self.name!r}: no array for input(s) {missing}; the file has {data.files}")
+                return {n: torch.from_numpy(data[n].copy()) for n in input_names}
+        if path.suffix == ".npy":
+            return {input_names[0]: torch.from_numpy(np.load(path))}
+        raise HarnessError(f"{path}: case {self.name!r}: probe files must be .npz or .npy")
+
+
+PROBE_FILE_ERROR = "ProbeFileError"
+"""How a probe whose file could not be used is named in an export record's ``probe_errors``."""
 
 
 class Registry:

@@ -266,11 +266,12 @@ def _export(
 
     # Build the model and torch's references for every probe.
     yield enter("build")
+    probe_errors: dict[str, str] = {}  # a probe torch fails on, or whose file cannot be used: no cells for it alone
     try:
         model = case.model()
         model.train(case.train_mode)
         example = dict(case.inputs())
-        probes = case.all_probes()
+        probes = case.all_probes(probe_errors)
         for name, inputs in _batch_probes(case, example, _SETTINGS["batch_sizes"]).items():
             probes.setdefault(name, inputs)  # a probe the case declares wins over the automatic one
     except Exception as exc:
@@ -279,7 +280,6 @@ def _export(
     timing: dict[str, float] = {"build": time.perf_counter() - start}
     yield enter("torch")
     arrays: dict[str, Any] = {}
-    probe_errors: dict[str, str] = {}
     n_outputs = 0
     for probe, inputs in probes.items():
         try:

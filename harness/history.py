@@ -54,23 +54,31 @@ def summary(
 
 
 def read(path: Path) -> list[dict[str, Any]]:
-    """The history's entries, oldest first; a line that is not JSON (a torn write) is skipped."""
+    """The history's entries, oldest first; a line that is not JSON (a torn write, a damaged byte) is skipped."""
     if not path.is_file():
         return []
     entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().splitlines():
         try:
-            entries.append(json.loads(line))
-        except ValueError:
+            entry = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is one
             continue
+        if isinstance(entry, dict):
+            entries.append(entry)
     return entries
 
 
-def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Add ``entry`` (replacing the entry of the same run) and return the whole history, oldest run first."""
+def merged(path: Path, entry: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The history with ``entry`` added (replacing the entry of the same run), oldest run first, and its text."""
     entries = [e for e in read(path) if e.get("run") != entry["run"]] + [dict(entry)]
     entries.sort(key=lambda e: str(e.get("date") or ""))  # stable: runs of the same minute keep their order
+    return entries, "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries)
+
+
+def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Add ``entry`` (:func:`merged`), written atomically, and return the whole history."""
+    entries, text = merged(path, entry)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return entries

@@ -10,7 +10,8 @@ is given (each rewritten sorted and sealed, as the run stage writes it; the prof
 in the build folder that it is not given are removed), so gathering again, or in another order,
 writes the same bytes. It refuses, with one line, a shard whose cells ran artifacts other than this
 export's (their model or reference hashes differ, or none of its artifacts is the export's), a shard
-that fails its checksums, a shard that is not one of the profile's or whose cells are another
+that its run did not seal (no stamp beside it holding its hash: the job was killed), a line cut short or
+failing its checksum, a shard that is not one of the profile's or whose cells are another
 runtime's or provider's, and two different copies of one shard.
 
 Standard library only.
@@ -19,16 +20,15 @@ Standard library only.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache
+from harness import cache, shards
 from harness.errors import HarnessError
 from harness.matrix import Profile
 from harness.records import CellRecord
-from harness.run import _read_shard, load_artifacts, shard_path, write_shard
+from harness.run import load_artifacts, shard_path, write_shard
 
 CPU_RUNNER = ["ubuntu-24.04"]
 GPU_RUNNER = ["self-hosted", "linux", "x64", "gpu"]
@@ -107,7 +107,7 @@ def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[
         echo(f"gather: {name}: {len(first)} cells")
     missing = sorted(set(expected) - set(found))
     for name in missing:  # an earlier gather's shard is not this gather's: the report must not read it
-        for stale in (out / "shards" / name, _stamp_of(out / "shards" / name)):
+        for stale in (out / "shards" / name, shards.stamp_of(out / "shards" / name)):
             stale.unlink(missing_ok=True)
     if missing:
         echo(f"gather: no shard for {', '.join(missing)}: the report leaves those columns out")
@@ -122,9 +122,22 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
     """A shard's cells, refused when a line fails its checksum, a cell is another runtime's or provider's
     than the shard's name says, a cell ran an artifact that is not the export's, or none of its cells is
     of this export (cells of artifacts the export does not hold are dropped: the report ignores them)."""
-    cells, corrupt = _read_shard(path, sound=True)
+    try:
+        cells, corrupt = shards.read(path)
+        digest = cache.sha256_file(path)
+    except OSError as exc:
+        raise HarnessError(f"gather: {path}: cannot be read ({exc.strerror or exc})") from None
     if corrupt:
-        raise HarnessError(f"gather: {path}: {corrupt} line(s) fail their checksum; upload or download the shard again")
+        raise HarnessError(
+            f"gather: {path}: {corrupt} line(s) are cut short or fail their checksum; upload or download the shard again"
+        )
+    stamp = cache.read_json(shards.stamp_of(path))
+    if not isinstance(stamp, dict) or stamp.get("sha256") != digest:
+        why = "has no seal beside it" if not isinstance(stamp, dict) else "is not the shard its seal describes"
+        raise HarnessError(
+            f"gather: {path} {why} ({shards.stamp_of(path).name}): its run job did not finish, or the upload lost "
+            "the stamp; rerun that run job (upload build/shards/ whole)"
+        )
     keep: dict[str, CellRecord] = {}
     for key, c in cells.items():
         if (c.runtime, c.provider) != (pin, column):
@@ -153,20 +166,9 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
     return keep
 
 
-def _stamp_of(shard: Path) -> Path:
-    return shard.with_name(shard.name.removesuffix(".jsonl") + ".stamp.json")
-
-
 def _stamp(sources: Sequence[Path], dest: Path) -> None:
-    """A run job's stamp goes along when it describes exactly the shard written (the plan then knows
-    the shard is complete), from whichever copy has one; otherwise none, and the plan reruns what is
-    missing."""
-    dst, digest = _stamp_of(dest), cache.sha256_file(dest)
-    for source in sources:
-        src = _stamp_of(source)
-        stamp = cache.read_json(src) if src.is_file() else None
-        if isinstance(stamp, dict) and stamp.get("sha256") == digest:
-            if src.resolve() != dst.resolve():
-                shutil.copyfile(src, dst)
-            return
-    dst.unlink(missing_ok=True)
+    """Seal the shard written with its run job's seal (checked by :func:`_checked`), now holding the hash
+    of what was written (the gather drops the cells of artifacts this export does not hold)."""
+    stamp = cache.read_json(shards.stamp_of(sources[0]))
+    assert isinstance(stamp, dict)
+    shards.seal(dest, {k: v for k, v in stamp.items() if k != "sha256"})

@@ -168,6 +168,7 @@ def data(
         "generated": environment.get("generated"),
         "profile": environment.get("profile"),
         "wall_seconds": environment.get("wall_seconds"),
+        "partial": list(environment.get("partial") or []),
         "counts": dict(counts),
         "statuses": [[s.value, _SYMBOLS.get(s, s.symbol), legend[s]] for s in statuses],
         "columns": [

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache, export, frontier, run
+from harness import cache, export, frontier, lock, run
 from harness.matrix import Matrix, Profile, Runtime
 
 REPORT_STAMP = "report.stamp.json"
@@ -134,6 +134,8 @@ def _run_why(out: Path, matrix: Matrix, runtime: Runtime, provider: str, stamp: 
     mine = cache.read_json(run.stamp_path(out, runtime, provider))
     if not isinstance(mine, dict):
         return f"{provider}: not run to the end yet"
+    if mine.get("redo"):  # sealed (whole), but a rerun has something to do
+        return f"{provider}: {mine['redo']}"
     artifacts = ((art_id, a["key"], a["digest"]) for art_id, a in stamp["artifacts"].items())
     if mine.get("inputs") != run.stamp_inputs(artifacts, matrix, runtime, provider):
         return f"{provider}: artifacts, settings or harness code changed"
@@ -170,7 +172,7 @@ def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[
 
 def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
     """After the report: its inputs and the hash of every file now under ``results``."""
-    files = [p for p in sorted(results.rglob("*")) if p.is_file()]
+    files = [p for p in sorted(results.rglob("*")) if p.is_file() and p.name != lock.NAME]
     outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in files}
     stat = {p.relative_to(results).as_posix(): cache.signature(p) for p in files}
     inputs = report_inputs(out, profile, results, builtin)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,9 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, claims, frontier, history, page, plan, plots, recommend
+from harness import cache, claims, frontier, history, page, plan, plots, recommend, shards
 from harness import export as export_mod
+from harness.corpus import PROBE_FILE_ERROR
 from harness.errors import HarnessError
 from harness.export import MANIFEST
 from harness.matrix import Profile, version_tuple
@@ -51,7 +51,8 @@ from harness.published import (
 )
 from harness.records import CellRecord, ExportRecord, Rewrite, Status, by_written_opset, spread
 from harness.repro import FAILING, write_repros
-from harness.run import load_artifacts, read_shard, shard_path
+from harness.run import load_artifacts, shard_path
+from harness.staged import Staged
 
 CASE_PAGES = "cases"  # results/cases/<case>.md: one page per case, linked from README.md
 
@@ -75,24 +76,33 @@ def _column(cell: CellRecord, providers: int) -> str:
     return column_label(cell.runtime, cell.provider, providers)
 
 
-def gather(out: Path, profile: Profile) -> tuple[list[CellRecord], list[ExportRecord]]:
-    """Cells of the profile's shards for the artifacts of the last export (a runtime-wide
-    ``env-error`` record stays one record: :func:`harness.records.spread` expands it)."""
+def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[CellRecord], list[ExportRecord], list[str]]:
+    """Cells of the profile's shards for the artifacts of the last export (a runtime-wide ``env-error``
+    record stays one record: :func:`harness.records.spread` expands it), and what is wrong with them.
+
+    Raises:
+        HarnessError: a shard of the profile is not whole (:mod:`harness.shards`: unsealed, changed,
+            damaged, missing cells), unless ``partial``: then its sound cells are taken and the
+            problems returned, for the report to say so.
+    """
     exports = load_artifacts(out)
     wanted = {(r.case, r.exporter, r.opset) for r in exports}
     cells: list[CellRecord] = []
-    missing = []
+    found: list[str] = []
     for rt, provider in profile.shards():
-        path = shard_path(out, rt, provider)
-        if not path.exists():
-            missing.append(path.name)
-            continue
-        cells.extend(c for c in read_shard(path).values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
+        sound, problem = shards.check(shard_path(out, rt, provider), rt.pin, provider, exports)
+        if problem:
+            found.append(problem)
+        cells.extend(c for c in sound.values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
+    if found and not partial:
+        raise HarnessError(
+            f"report: not publishing profile {profile.name!r}, {len(found)} of {len(profile.shards())} shards are not whole: "
+            f"{shards.describe(found)}; rerun `nox -s matrix` (it runs what is missing), or add --partial to publish "
+            "what there is, labelled partial"
+        )
     if not cells:
         raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
-    if missing:
-        print(f"report: no shard yet for {', '.join(missing)}: those columns are left out")
-    return cells, exports
+    return cells, exports, found
 
 
 def _fold(pairs: list[tuple[str, str]]) -> str:
@@ -119,21 +129,68 @@ def _fold_table(df: pd.DataFrame) -> dict[str, dict[tuple[str, int, str], str]]:
     return table
 
 
-def build(out: Path, results: Path, *, profile: Profile, wall: float | None = None, builtin: tuple[str, ...] = ()) -> str:
+def build(
+    out: Path,
+    results: Path,
+    *,
+    profile: Profile,
+    wall: float | None = None,
+    builtin: tuple[str, ...] = (),
+    partial: bool = False,
+) -> str:
     """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
-    (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer."""
-    raw, exports, rewrites = by_written_opset(*gather(out, profile))
-    results.mkdir(parents=True, exist_ok=True)
+    (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer.
+
+    Only whole shards are published (:func:`gather`); with ``partial``, what there is, and the report
+    says so on its first line and on the page (and adds no entry to the history). Every file is staged
+    and put in place together (:class:`harness.staged.Staged`): a write that fails leaves the previous
+    results as they were and no temporary file.
+
+    Raises:
+        HarnessError: the shards are not whole (without ``partial``), or ``results`` cannot be written.
+    """
+    cells, exports, problems = gather(out, profile, partial=partial)
+    stage = Staged()
+    try:
+        summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
+        stage.commit()
+    except OSError as exc:
+        stage.abort()
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise HarnessError(
+            f"report: cannot write {results}: {exc.strerror or exc}{where}; the previous report is left as it was: "
+            "free some space or fix the folder's permissions, then run the report again"
+        ) from None
+    plan.write_report_stamp(out, profile, results, builtin)
+    return summary
+
+
+def _build(
+    out: Path,
+    results: Path,
+    stage: Staged,
+    raw_cells: list[CellRecord],
+    raw_exports: list[ExportRecord],
+    problems: list[str],
+    *,
+    profile: Profile,
+    wall: float | None,
+    builtin: tuple[str, ...],
+) -> str:
+    """The report's files, written into ``stage``; the summary. (One function: the order in which the
+    figures are made is the order of the README; it reads top to bottom.)"""
+    raw, exports, rewrites = by_written_opset(raw_cells, raw_exports)
+    stage.folder(results)
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
-    repros = write_repros(out, results, cells, exports, constraints)
-    _write_lines(results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
+    repros = write_repros(out, results, cells, exports, constraints, stage)
+    _write_lines(stage, results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
     cards: dict[str, dict[str, str]] = {}
     for r in exports:  # every record carries its case's card; one from before that rule may not
         if r.card or r.case not in cards:
             cards[r.case] = r.card or cards.get(r.case, {})
-    _write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-    _write_text(results / REWRITES, json.dumps([dataclasses.asdict(w) for w in rewrites], indent=1) + "\n")
+    stage.write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    stage.write_text(results / REWRITES, json.dumps([dataclasses.asdict(w) for w in rewrites], indent=1) + "\n")
 
     runs = [p for p in (out / MANIFEST, *(shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     run_id = history.run_id(runs)
@@ -160,7 +217,9 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         "reproducers": len(repros),
         "problems": manifest.get("problems", []),
     }
-    (results / "environment.json").write_text(json.dumps(environment, indent=1, sort_keys=True) + "\n")
+    if problems:  # published only when asked for (--partial): said on the README's first line and on the page
+        environment["partial"] = problems
+    stage.write_text(results / "environment.json", json.dumps(environment, indent=1, sort_keys=True) + "\n")
 
     df = pd.DataFrame([_row(c, repros) for c in cells])
     providers = df["provider"].nunique()
@@ -182,14 +241,18 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         cases=df["case"].nunique(),
         runtimes=[rt.pin for rt in profile.runtimes if rt.pin in set(df["runtime"])],
     )
-    trend = history.record(results / history.HISTORY, entry)
+    if problems:  # a partial report is not a run of the profile: the trend stays the runs'
+        trend = history.read(results / history.HISTORY)
+    else:
+        trend, text = history.merged(results / history.HISTORY, entry)
+        stage.write_text(results / history.HISTORY, text)
     folded = _fold_cases(df)
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
-    figures = _plots(results, folded, _runtime_order(df["column"]), names, _runtime_axis(profile))
+    figures = _plots(stage, results, folded, _runtime_order(df["column"]), names, _runtime_axis(profile))
     loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
     safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
-    _write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
+    stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
     payload = page.data(
         cells,
         exports,
@@ -201,7 +264,7 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         frontier=loads,
         answers=safe,
     )
-    _write_text(results / "index.html", page.render(payload))
+    stage.write_text(results / "index.html", page.render(payload))
 
     # A column that is one runtime-wide record (a provider unavailable here, a broken env) was not measured: said once.
     unmeasured = {
@@ -223,8 +286,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         runtimes=[rt.pin for rt in profile.runtimes],
         rewrites=rewrites,
     )
-    _write_text(results / "README.md", text)
-    _write_case_pages(results, case_pages(df, exports, verdicts, profile, environment))
+    stage.write_text(results / "README.md", text)
+    _write_case_pages(stage, results, case_pages(df, exports, verdicts, profile, environment))
     summary = (
         f"report: {len(cells)} cells, {len(exports)} artifacts, "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -235,7 +298,8 @@ def build(out: Path, results: Path, *, profile: Profile, wall: float | None = No
         summary += "\n\n" + your_models(cells, mine, cards, providers)
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
-    plan.write_report_stamp(out, profile, results, builtin)
+    if problems:
+        summary = f"report: PARTIAL, {len(problems)} shard(s) not whole: {shards.describe(problems)}\n" + summary
     return summary
 
 
@@ -308,13 +372,6 @@ def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[
             runs = "every runtime" if len(at) == len(labels) > 1 else ", ".join(at)
             lines.append(f"- {case}: {exporter} {on} on {runs}: {symbol} {reason}")
     return lines
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
@@ -399,8 +456,8 @@ def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    _write_text(path, "".join(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n" for row in rows))
+def _write_lines(stage: Staged, path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    stage.write_text(path, "".join(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n" for row in rows))
 
 
 def _runtime_order(columns: Iterable[str]) -> list[str]:
@@ -414,8 +471,30 @@ def _runtime_order(columns: Iterable[str]) -> list[str]:
     return sorted(set(columns), key=key)
 
 
+_MD = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "|": "\\|",
+        "`": "\\`",
+        "\\": "\\\\",
+        "\n": " ",
+        "\r": " ",
+    }
+)
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A string from a model, a card, a probe or an error as Markdown text: never markup. HTML is entity-escaped
+    (GitHub strips raw HTML, other renderers run it), link, image, code and table syntax is backslash-escaped
+    (emphasis is left: it cannot load or run anything), and it stays on one line (a table cell)."""
+    return text.translate(_MD).replace("](", "\\](")  # brackets alone are shapes ([1, 3]); "](" is a link
+
+
+def _md_code(text: str) -> str:
+    """A string from outside as a code span: nothing in it can close the span (backticks become quotes)."""
+    return "`" + text.replace("`", "'").replace("\n", " ").replace("\r", " ") + "`"
 
 
 def _problem_lines(problems: list[str]) -> list[str]:
@@ -460,8 +539,18 @@ def _markdown(
         f"{e} {', '.join(map(str, sorted(g['opset'].unique())))}" for e, g in df.groupby("exporter", sort=True)
     )
     columns = _runtime_order(df["column"])
+    partial = env.get("partial") or []
     lines = [
-        "# PyTorch → ONNX compatibility matrix",
+        *(
+            [
+                f"**PARTIAL REPORT: {len(partial)} shard(s) were not whole when it was made; it is not the answer.** "
+                + _md_escape(shards.describe(partial, limit=len(partial))),
+                "",
+            ]
+            if partial
+            else []
+        ),
+        "# PyTorch → ONNX compatibility matrix" + (" (partial)" if partial else ""),
         "",
         f"Profile **{profile.name}**, generated {env['generated']} by `nox -s matrix"
         + ("" if profile.name == "default" else f" -- --profile {profile.name}")
@@ -531,15 +620,14 @@ def _page(case: str) -> str:
     return f"{CASE_PAGES}/{case}.md"
 
 
-def _write_case_pages(results: Path, pages: Mapping[str, str]) -> None:
+def _write_case_pages(stage: Staged, results: Path, pages: Mapping[str, str]) -> None:
     """Write each case's page; a page of a case the table no longer holds goes."""
-    folder = results / CASE_PAGES
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = stage.folder(results / CASE_PAGES)
     for case, text in pages.items():
-        _write_text(folder / f"{case}.md", text)
+        stage.write_text(folder / f"{case}.md", text)
     for old in folder.glob("*.md"):
         if old.stem not in pages:
-            old.unlink()
+            stage.remove(old)
 
 
 def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[str], exports: list[ExportRecord]) -> list[str]:
@@ -786,15 +874,15 @@ def _pass_rates(folded: pd.Series, columns: list[str], cases: Sequence[str] | No
 
 
 def _plots(
+    stage: Staged,
     results: Path, folded: pd.Series, columns: list[str], twins: Sequence[str], runtime_axis: str
 ) -> list[tuple[str, str]]:
     """Write results/plots/*.svg; return (title, path relative to results/) for the README: the pass rate of the
     fixed twins (the models written as the cards recommend: what a user can ship), then of every case (the
     gotchas included, which fail on purpose), per exporter × opset over the runtimes."""
-    folder = results / "plots"
-    folder.mkdir(exist_ok=True)
+    folder = stage.folder(results / "plots")
     for stale in ("latency.svg",):  # the latency plot went: five toy cases' medians said nothing a user can use
-        (folder / stale).unlink(missing_ok=True)
+        stage.remove(folder / stale)
     figures = []
     charts = (
         ("pass_rate", f"Fixed twins ({len(twins)} cases) whose every probe passes, % per exporter and opset", twins),
@@ -808,7 +896,7 @@ def _plots(
         svg = plots.line_chart(
             title, columns, series, y_label="% of cases", x_label=runtime_axis, y_max=100, dashed=dashed
         )
-        _write_text(folder / f"{name}.svg", svg)
+        stage.write_text(folder / f"{name}.svg", svg)
         figures.append((title, f"plots/{name}.svg"))
     return figures
 
@@ -845,7 +933,7 @@ def _case_section(
         lines.append(f"- **applies to** {card['exporters']} only (the other exporter's cells are skipped): "
                      f"{_md_escape(card.get('skip_reason', ''))}")
     if card.get("source_file"):
-        lines.append(f"- defined in `{card['source_file']}`")
+        lines.append(f"- defined in {_md_code(card['source_file'])}")
     if verdicts:
         lines += ["", "Where the gotcha was reproduced (the case's claims, checked against this table):", "", *verdicts]
     lines += ["", "Across runtimes and providers:", "", _summary(table, columns, [case], links=False), ""]
@@ -873,7 +961,10 @@ def _case_section(
 
     torch_failed = {p: e for r in exports for p, e in r.probe_errors.items()}
     for probe, error in sorted(torch_failed.items()):
-        lines += [f"Torch itself fails on probe `{probe}` (no cells for it): {_md_escape(error)}", ""]
+        if error.startswith(PROBE_FILE_ERROR):
+            lines += [f"The file of probe {_md_code(probe)} cannot be used (no cells for it): {_md_escape(error)}", ""]
+        else:
+            lines += [f"Torch itself fails on probe {_md_code(probe)} (no cells for it): {_md_escape(error)}", ""]
 
     # The reference pass that records what a mismatch is localized with: where it did not finish, said once per reason.
     unrecorded: dict[str, list[str]] = {}
@@ -907,7 +998,7 @@ def _case_section(
                     exporter,
                     opset,
                     f"{Status(status).symbol} {status}",
-                    probes,
+                    _md_escape(probes),
                     runtimes,
                     _md_escape(error[:240]),
                     _md_escape(where[:300]),

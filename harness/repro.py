@@ -39,6 +39,7 @@ import numpy as np
 from harness.onnxfile import strip_weights, write_zeros
 from harness.published import runtime_key
 from harness.records import CellRecord, ExportRecord, Status
+from harness.staged import Staged
 
 REPRO_DIR = "repro"
 """Folder under ``results/`` that holds one reproducer folder per failing artifact."""
@@ -506,20 +507,25 @@ def _put(path: Path, data: Path | bytes | int) -> None:
         path.write_bytes(data)
 
 
-def _install(target: Path, files: Mapping[str, Path | bytes | int]) -> None:
-    """Write the folder beside ``target`` and swap it in: a reader sees the old folder or the new one."""
+def _install(target: Path, files: Mapping[str, Path | bytes | int], stage: Staged) -> None:
+    """Write the folder beside ``target``; at the stage's commit, swap it in (a reader sees the old folder
+    or the new one, and a report that fails to write leaves the old one)."""
     if _unchanged(target, files):
         return
     tmp, old = target.with_name(f".{target.name}{_TMP}"), target.with_name(f".{target.name}{_OLD}")
     for stale in (tmp, old):
         if stale.exists():
             shutil.rmtree(stale)
+    stage.later(lambda: _swap(tmp, target, old), undo=lambda: shutil.rmtree(tmp, ignore_errors=True))
     tmp.mkdir(parents=True)
     for rel, data in sorted(files.items()):
         path = tmp / rel
         path.parent.mkdir(exist_ok=True)
         _put(path, data)
     (tmp / "repro.py").chmod(0o755)
+
+
+def _swap(tmp: Path, target: Path, old: Path) -> None:
     if target.exists():
         os.replace(target, old)
     os.replace(tmp, target)
@@ -545,6 +551,7 @@ def write_repros(
     cells: Iterable[CellRecord],
     exports: Iterable[ExportRecord],
     constraints: Mapping[str, tuple[str, ...]],
+    stage: Staged | None = None,
 ) -> dict[str, str]:
     """Write ``results/repro/<artifact id>/`` for every artifact with a failing cell; return artifact id →
     its folder relative to ``results`` (``"repro/nan_topk.dynamo.op18"``).
@@ -554,8 +561,14 @@ def write_repros(
     without model.onnx (export-fail) or without an export record is left out, and so is one whose
     references hold a dtype ONNX cannot encode (strings, objects) or cannot be read. Folders of
     artifacts that no longer fail (this module's, recognised by the marker in their repro.py) are
-    removed; anything else under results/repro/ is left alone.
+    removed; anything else under results/repro/ is left alone. With ``stage``, the folders are written
+    beside their place and swapped in at its commit (:class:`harness.staged.Staged`).
     """
+    if stage is None:  # written at once
+        stage = Staged()
+        at_once = write_repros(build, results, cells, exports, constraints, stage)
+        stage.commit()
+        return at_once
     records = {r.key.id: r for r in exports}
     failing: dict[str, dict[str, CellRecord]] = {}
     for cell in cells:
@@ -577,12 +590,17 @@ def write_repros(
         weightless = all(c.status is Status.LOAD_FAIL for c in ordered)
         models = _model_files(src, weightless)
         files["repro.py"] = render_script(rec, probes, ordered, constraints, weightless=ZEROS in models).encode("utf-8")
-        _install(root / art_id, {**files, **models})
+        _install(root / art_id, {**files, **models}, stage)
         written[art_id] = f"{REPRO_DIR}/{art_id}"
+    stage.later(lambda: _prune(root, written))
+    return written
+
+
+def _prune(root: Path, written: Mapping[str, str]) -> None:
+    """Remove the folders of artifacts that no longer fail (this module's only), and the folder if empty."""
     if root.is_dir():
         for entry in sorted(root.iterdir()):
             if entry.name not in written and _owned(entry):
                 shutil.rmtree(entry)
         if not any(root.iterdir()):
             root.rmdir()
-    return written

@@ -26,6 +26,7 @@ Guarantees kept here:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -38,9 +39,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import cache, frontier
+from harness import cache, frontier, shards
 from harness.errors import HarnessError
-from harness.export import MANIFEST
+from harness.export import DATA, MANIFEST
 from harness.matrix import PROVIDERS, Matrix, Runtime, split_column
 from harness.progress import Progress
 from harness.records import CellRecord, ExportRecord, Latency, Stage, Status, first_line, runtime_wide
@@ -68,34 +69,17 @@ def shard_path(out: Path, runtime: Runtime, provider: str) -> Path:
     return out / "shards" / f"{runtime.id}-{provider}.jsonl"
 
 
-def read_shard(path: Path, *, sound: bool = False) -> dict[str, CellRecord]:
-    """Cells of a shard by key; a later line for the same key wins; a torn last line is ignored.
-
-    With ``sound``, only lines whose checksum holds (:func:`harness.cache.unseal`): what a rerun may reuse.
-    """
-    return _read_shard(path, sound=sound)[0]
+def read_shard(path: Path) -> dict[str, CellRecord]:
+    """Cells of a shard by key (a later line for the same key wins); a damaged line is left out."""
+    return _read_shard(path)[0]
 
 
-def _read_shard(path: Path, *, sound: bool) -> tuple[dict[str, CellRecord], int]:
-    """The cells, and how many lines failed their checksum."""
-    cells: dict[str, CellRecord] = {}
-    corrupt = 0
+def _read_shard(path: Path) -> tuple[dict[str, CellRecord], int]:
+    """The cells, and how many lines are damaged (cut short by a kill, not UTF-8, a wrong checksum,
+    not a cell): :func:`harness.shards.read`; a missing shard has none."""
     if not path.exists():
-        return cells, corrupt
-    for line in path.read_text(encoding="utf-8").splitlines():
-        data, state = cache.unseal(line, verify=sound)
-        if data is None:
-            continue  # a line cut short by a kill
-        if state == "corrupt":
-            corrupt += 1
-            continue
-        try:
-            cell = CellRecord.from_dict(data)
-        except (ValueError, KeyError, TypeError):
-            corrupt += 1
-            continue
-        cells[cell.key] = cell
-    return cells, corrupt
+        return {}, 0
+    return shards.read(path)
 
 
 def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
@@ -200,13 +184,20 @@ def load_artifacts(out: Path) -> list[ExportRecord]:
     manifest = out / MANIFEST
     if not manifest.exists():
         raise HarnessError(f"{manifest}: no export found; run `nox -s export` (or `harness export`) first")
-    ids = json.loads(manifest.read_text())["artifacts"]
+    again = "rerun the export (`nox -s matrix -- --force`, or delete it and run `nox -s matrix`)"
+    data = cache.read_json(manifest)  # None when it is not UTF-8 JSON
+    ids = data.get("artifacts") if isinstance(data, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise HarnessError(f"{manifest}: damaged (not the manifest the export writes); {again}")
     records = []
     for art_id in ids:
         path = out / "artifacts" / art_id / "export.json"
         if not path.exists():
             raise HarnessError(f"{path}: missing although the manifest lists it; rerun the export")
-        records.append(ExportRecord.from_dict(json.loads(path.read_text())))
+        try:
+            records.append(ExportRecord.from_dict(cache.read_json(path)))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise HarnessError(f"{path}: damaged (not the record the export writes); {again}") from None
     return records
 
 
@@ -312,6 +303,9 @@ def run_runtime(
     if env is not None and (wrong := _wrong_environment(env, runtime)):
         import_error, env = wrong, None
     all_cells: list[CellRecord] = []
+    damaged = _damaged(out, artifacts) if env is not None else {}
+    for art_id, why in list(damaged.items())[:3]:
+        echo(f"run {runtime.pin}: {art_id}: {why}: its cells are not run or reused")
     for provider in providers:
         path = shard_path(out, runtime, provider)
         # A broken env, or a provider that cannot run here, is one record for the whole column.
@@ -333,12 +327,14 @@ def run_runtime(
         if column is not None:
             column = column.replace(error=column.error or column.error_line)
             echo(f"run {runtime.pin} {provider}: {column.status.value}: {column.error_line}")
-            stamp_path(out, runtime, provider).unlink(missing_ok=True)  # depends on this machine: checked every time
+            stamp_path(out, runtime, provider).unlink(missing_ok=True)
             write_shard(path, [column])
+            # Sealed (the report may publish it), but never up to date: it depends on this machine, checked every run.
+            shards.seal(path, {"redo": f"{column.status.value} here: checked again every run", "env": cache.environment()})
             all_cells.append(column)
             continue
         t_start = time.perf_counter()
-        existing, corrupt = ({}, 0) if force else _read_shard(path, sound=True)
+        existing, corrupt = ({}, 0) if force else _read_shard(path)
         # Cells of artifacts this export does not hold (another profile's opsets, a --cases subset) stay in
         # the shard for the next run that holds them again; the report reads only the export's artifacts.
         current = {r.key.id for r in artifacts}
@@ -356,6 +352,11 @@ def run_runtime(
         partial = 0
         for rec in artifacts:
             base = rec.cell(runtime.pin, provider, _cell_env(env, rec))
+            if rec.ok and rec.key.id in damaged:
+                # Files that are no longer the export's: no cell is computed from them or reused for them (the
+                # cells already in the shard stay for a rerun on the repaired files, which checks them again).
+                kept.extend(c for c in existing.values() if not c.runtime_wide and c.artifact.id == rec.key.id)
+                continue
             if not rec.ok:
                 for c in _static_cells(rec, base):
                     cells[c.key] = c
@@ -417,15 +418,64 @@ def run_runtime(
             appender.close()
         write_shard(path, [*cells.values(), *kept])
         stats.cells, stats.wall = len(cells), time.perf_counter() - t_start
-        if latency and _finished(cells.values(), keys):
-            inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
-            cache.write_json(
-                stamp_path(out, runtime, provider),
-                {"inputs": inputs, "sha256": cache.sha256_file(path), "env": cache.environment(), "stats": stats.to_dict()},
-            )
         all_cells.extend(cells.values())
+        if damaged:
+            continue  # not sealed: the report refuses a shard that lacks these artifacts' cells
+        # Sealed: this run ended and wrote every cell of the export (the report publishes only sealed shards).
+        # Up to date (the plan skips the session next time) only when a rerun would find nothing to do.
+        redo = None if latency else "its last run skipped the latency phase (--no-latency)"
+        if redo is None and not _finished(cells.values(), keys):
+            redo = "its last run left cells to do again (a timeout, a localization cut short)"
+        inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
+        shards.seal(path, {"inputs": inputs, "redo": redo, "env": cache.environment(), "stats": stats.to_dict()})
     frontier.measure_if_stale(out, runtime, force=force, echo=echo)
+    if damaged:
+        art_id, why = next(iter(damaged.items()))
+        raise HarnessError(
+            f"run {runtime.pin}: {len(damaged)} artifact(s) changed since the export wrote them ({art_id}: {why}); "
+            "their cells were not run: run the export again (`nox -s matrix` does), then this run"
+        )
     return all_cells
+
+
+def _damaged(out: Path, artifacts: Iterable[ExportRecord]) -> dict[str, str]:
+    """Artifacts whose files are no longer those the export recorded (by SHA-256): id → what differs."""
+    from harness import localize  # the names of the localization files (no heavy import)
+
+    found = {}
+    for rec in artifacts:
+        if not rec.ok:
+            continue
+        folder = out / "artifacts" / rec.key.id
+        checks = [("model.onnx", rec.sha256), ("reference.npz", rec.reference_sha256)]
+        if rec.data_sha256:
+            checks.append((DATA, rec.data_sha256))
+        for name, want in checks:
+            if want is None:
+                continue
+            try:
+                have = cache.sha256_file(folder / name)
+            except OSError:
+                found[rec.key.id] = f"{name} is missing"
+                break
+            if have != want:
+                found[rec.key.id] = f"{name} differs from its recorded hash"
+                break
+        else:
+            if rec.intermediates_sha256 and _intermediates_sha256(folder, localize.FILES) != rec.intermediates_sha256:
+                found[rec.key.id] = "its localization files differ from their recorded hash"
+    return found
+
+
+def _intermediates_sha256(folder: Path, names: Iterable[str]) -> str:
+    """As the export records it (:func:`harness.export._reference`)."""
+    h = hashlib.sha256()
+    for name in names:
+        try:
+            h.update(cache.sha256_file(folder / name).encode())
+        except FileNotFoundError:
+            h.update(b"-")
+    return h.hexdigest()
 
 
 def _wrong_environment(env: Mapping[str, str], runtime: Runtime) -> str | None:

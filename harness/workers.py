@@ -181,7 +181,7 @@ def run_tasks(
     ctx: Any = _SPAWN
     if fresh:
         ctx = _FORKSERVER
-        ctx.set_forkserver_preload(list(preload))
+        ctx.set_forkserver_preload(["harness._forkserver", *preload])  # first: the server dies with this process
     pool = [_Worker(init, initargs, log, ctx) for _ in range(max(1, min(workers, len(queue))))]
     retiring: list[tuple[_Worker, float]] = []  # fresh workers whose task is done, exiting on their own
     beat = time.monotonic()

@@ -16,10 +16,11 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import cache, corpus, plan
+from harness import cache, corpus, plan, shards
 from harness.export import STAMP, STORE, export_all
 from harness.matrix import Profile, load
-from harness.run import read_shard, run_runtime, shard_path, stamp_path
+from harness.records import Status
+from harness.run import load_artifacts, read_shard, run_runtime, shard_path, stamp_path
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
@@ -255,8 +256,9 @@ def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
     assert _plan(out, user_corpus).export == "no export yet"
     _export(out, user_corpus)
     assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: not run to the end yet"
-    _run(out, latency=False)  # a shard without its timings is not finished either
-    assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: not run to the end yet"
+    _run(out, latency=False)  # a shard without its timings is whole (sealed), but not up to date
+    assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: its last run skipped the latency phase (--no-latency)"
+    assert shards.problem(shard_path(out, NEWEST, "cpu"), NEWEST.pin, "cpu", load_artifacts(out)) is None
     _run(out)
     assert _plan(out, user_corpus).runs[NEWEST.id] is None
     stamp = json.loads((out / STAMP).read_text())
@@ -399,3 +401,31 @@ def test_the_plan_sees_a_new_probe_file(tmp_path: Path) -> None:
     assert _plan(out, source).export is None
     np.save(samples / "two.npy", np.zeros((2, 3), dtype=np.float32))
     assert "probe files" in (_plan(out, source).export or "")
+
+
+def test_a_bad_probe_file_costs_that_probe_only(tmp_path: Path) -> None:
+    """A damaged .npy and a pickled one (which numpy refuses to load) are each one probe with no cells and
+    its reason; the case's other probes, the good file's included, are exported and run."""
+    import numpy as np
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    np.save(samples / "good.npy", np.ones((2, 3), dtype=np.float32))
+    (samples / "broken.npy").write_bytes(b"\x93NUMPY\x01\x00 cut short")
+    np.save(samples / "pickled.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    source = tmp_path / "with_files.py"
+    source.write_text(
+        CORPUS.replace('dynamic={"x": {0: "batch"}}', 'dynamic={"x": {0: "batch"}}, probe_files=("samples/*.npy",)')
+    )
+    out = tmp_path / "build"
+    _export(out, source)
+    with_files = [r for r in load_artifacts(out) if "good" in r.probes or r.probe_errors]
+    assert with_files, "the case with probe files was exported"
+    for rec in with_files:
+        assert rec.ok, rec.error_line
+        assert "good" in rec.probes and not {"broken", "pickled"} & set(rec.probes)
+        assert rec.probe_errors["broken"].startswith("ProbeFileError: broken.npy: ")
+        assert "allow_pickle" in rec.probe_errors["pickled"]
+    _run(out, latency=False)
+    cells = read_shard(shard_path(out, NEWEST, "cpu")).values()
+    assert {c.status for c in cells if c.probe == "good"} == {Status.PASS}

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import cache
+from harness import cache, shards
 from harness.backends import tensorrt as trt_backend
 from harness.backends.gpu import nvidia_driver_problem
 from harness.errors import HarnessError
@@ -198,7 +198,8 @@ def test_native_tensorrt_columns_are_unavailable_with_the_reason_never_a_pass(tm
         )
         assert c.env["tensorrt"] == "" and c.env["gpu"] == "none"
         assert [x.status for x in read_shard(shard_path(out, TRT, c.provider)).values()] == [Status.UNAVAILABLE]
-        assert not stamp_path(out, TRT, c.provider).exists()  # checked again next time: a driver can appear
+        # Sealed (the report may publish the column), but checked again next time: a driver can appear.
+        assert json.loads(stamp_path(out, TRT, c.provider).read_text())["redo"] == "unavailable here: checked again every run"
     assert trt_backend.provider_problem("cuda") == "native TensorRT runs the tensorrt columns only, not 'cuda'"
 
 
@@ -390,6 +391,7 @@ def _cells(path: Path) -> list[dict[str, Any]]:
 def _write(path: Path, cells: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(cache.seal({k: v for k, v in c.items() if k != "checksum"}) + "\n" for c in cells))
+    shards.seal(path, {})  # as a run job that ended writes it: the gather judges what it holds
 
 
 def test_gather_refuses_a_shard_that_ran_other_artifacts(ran: Path, tmp_path: Path) -> None:
@@ -420,7 +422,8 @@ def test_gather_refuses_damaged_stray_and_conflicting_shards(ran: Path, tmp_path
     lines[0] = lines[0].replace('"status": "pass"', '"status": "mismatch"').replace('"status":"pass"', '"status":"mismatch"')
     assert lines[0] != shard_path(ran, NEWEST, "cpu").read_text().splitlines()[0]
     damaged.write_text("\n".join(lines) + "\n")
-    with pytest.raises(HarnessError, match=rf"^gather: {damaged}: 1 line\(s\) fail their checksum; upload or download"):
+    shards.seal(damaged, {})
+    with pytest.raises(HarnessError, match=rf"^gather: {damaged}: 1 line\(s\) are cut short or fail their checksum; upload or"):
         gather(out, _profile(), [damaged], echo=lambda _: None)
 
     stray = tmp_path / "stray" / "ortgpu-1.31.1-cuda.jsonl"
@@ -460,12 +463,17 @@ def test_gather_refuses_a_shard_of_another_export_or_another_column(ran: Path, t
 
 
 def test_gather_depends_only_on_the_shards_it_is_given(ran: Path, tmp_path: Path) -> None:
-    """A stamp comes along from whichever copy has one (in any order); a shard an earlier gather wrote,
-    which this one is not given, is removed rather than reported as if this run had it."""
+    """Every copy must be sealed by its run job (a copy without its stamp is a job that did not finish), in
+    any order; the seal comes along; a shard an earlier gather wrote, which this one is not given, is
+    removed rather than reported as if this run had it."""
     out = _export_copy(ran, tmp_path / "build")
     unstamped = tmp_path / "unstamped"
     unstamped.mkdir()
     shutil.copy(shard_path(ran, NEWEST, "cpu"), unstamped)
+    for order in ([ran / "shards", unstamped], [unstamped, ran / "shards"]):
+        with pytest.raises(HarnessError, match=r"has no seal beside it \(ort-.*-cpu.stamp.json\): its run job did not finish"):
+            gather(out, _profile(), order, echo=lambda _: None)
+    shutil.copy(stamp_path(ran, NEWEST, "cpu"), unstamped)
     for order in ([ran / "shards", unstamped], [unstamped, ran / "shards"]):
         gather(out, _profile(), order, echo=lambda _: None)
         assert stamp_path(out, NEWEST, "cpu").read_bytes() == stamp_path(ran, NEWEST, "cpu").read_bytes()
