@@ -243,7 +243,7 @@ def matrix(session: nox.Session) -> None:
     # One writer per build folder: held by this nox process until it exits (every session it queues runs in it)
     # and handed to the stages it starts; a second `nox -s matrix` on the same --out is refused here, at once.
     try:
-        _LOCKS.append(lock.acquire(ROOT / ns.out, "nox -s matrix " + " ".join(session.posargs), echo=session.log))
+        _LOCKS.append(lock.acquire(ROOT / ns.out, " ".join(["nox -s matrix", *session.posargs]), echo=session.log))
     except HarnessError as exc:
         session.error(str(exc))
     os.environ.update(_LOCKS[-1].env())
