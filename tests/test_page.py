@@ -314,3 +314,34 @@ def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: 
         assert p.errors == [], p.errors
     finally:
         p.close()
+
+
+def test_a_partial_report_says_so_above_everything(chromium: Any, tmp_path: Path) -> None:
+    cells, exports = _records()
+    why = "onnxruntime==1.32.0 cpu: its run did not finish (killed, crashed or timed out): build/shards/x.jsonl is not sealed"
+    payload = page.data(
+        cells,
+        exports,
+        repros={},
+        constraints={},
+        environment={"generated": "2026-12-01 00:00 UTC", "profile": "test", "partial": [why]},
+        legend=LEGEND,
+        counts={"pass": 2, "mismatch": 1},
+    )
+    path = tmp_path / "index.html"
+    path.write_text(page.render(payload), encoding="utf-8")
+    p = Page(chromium, path.as_uri())
+    try:
+        banner = p.page.locator("#partial")
+        assert banner.is_visible() and p.errors == []
+        assert banner.text_content() == f"PARTIAL REPORT: 1 shard(s) were not whole when it was made; it is not the answer. {why}"
+        assert p.page.locator("#title").text_content().endswith("(partial)") and p.page.title().endswith("(partial)")
+    finally:
+        p.close()
+    whole = tmp_path / "whole.html"
+    whole.write_text(page.render(page.data(cells, exports, repros={}, constraints={}, environment={}, legend=LEGEND, counts={})))
+    p = Page(chromium, whole.as_uri())
+    try:
+        assert not p.page.locator("#partial").is_visible()
+    finally:
+        p.close()

@@ -394,3 +394,29 @@ def test_a_killed_parent_leaves_no_fork_server_or_worker_behind(tmp_path: Path) 
     while alive := [p for p in below if _running(p)]:
         assert time.monotonic() < deadline, f"{alive} outlived their killed parent"
         time.sleep(0.1)
+
+
+def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_anything(tmp_path: Path) -> None:
+    """`nox -s matrix` takes the build folder's lock in its first session, before any environment exists."""
+    out = tmp_path / "build"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
+         "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the first one)'); print('held', flush=True); "
+         "time.sleep(300)", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        proc = subprocess.run(
+            [sys.executable, "-m", "nox", "-s", "matrix", "--", "--profile", "smoke", "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"is in use by PID {holder.pid}" in said and "(nox -s matrix (the first one))" in said
+    assert "Session matrix aborted" in said or "Session matrix failed" in said
+    assert sorted(p.name for p in out.iterdir()) == [lock.NAME], "nothing else was written"

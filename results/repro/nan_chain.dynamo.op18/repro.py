@@ -15,15 +15,11 @@ Failing cells it reproduces (runtimes that share a failure are grouped):
 
 - onnxruntime==1.15.1, onnxruntime==1.16.3, onnxruntime==1.17.3 (cpu), probes example, constant_row, masked_row: load-fail:
     [ONNXRuntimeError] : 1 : FAIL : Unsupported model IR version: 10, max supported IR version: 9
-- onnxruntime==1.18.1, onnxruntime==1.19.2, onnxruntime==1.20.1 (cpu), probe constant_row: mismatch: 7/28 elements differ,
-    NaN: torch 7, runtime 0, max abs 1.19e-07, max rel 1.89e-07, error 1.37e-07 of output 0's largest |value| (limit 1e-05)
-    localization: the graph differs from torch from FX value div = aten.div.Tensor: 7/28 elements differ, inf: torch 7,
-      runtime 0, max abs 2.38e-07, max rel 2.66e-06, error 1.12e-07 of its largest |value| (limit 1e-05)
-    optimizer: fails with graph optimizations disabled too
-- onnxruntime==1.21.1, onnxruntime==1.22.1, onnxruntime==1.23.2, onnxruntime==1.24.4, onnxruntime==1.25.1,
-    onnxruntime==1.26.0, onnxruntime==1.27.0, onnxruntime==1.28.0, onnxruntime==1.29.0, onnxruntime==1.30.0,
-    onnxruntime==1.31.1, onnxruntime==1.32.0 (cpu), probe constant_row: mismatch: 7/28 elements differ, NaN: torch 7, runtime
-    0, max abs 0, max rel 0, error 0 of output 0's largest |value| (limit 1e-05)
+- onnxruntime==1.18.1, onnxruntime==1.19.2, onnxruntime==1.20.1, onnxruntime==1.21.1, onnxruntime==1.22.1,
+    onnxruntime==1.23.2, onnxruntime==1.24.4, onnxruntime==1.25.1, onnxruntime==1.26.0, onnxruntime==1.27.0,
+    onnxruntime==1.28.0, onnxruntime==1.29.0, onnxruntime==1.30.0, onnxruntime==1.31.1, onnxruntime==1.32.0 (cpu), probe
+    constant_row: mismatch: 7/28 elements differ, NaN: torch 7, runtime 0, max abs 0, max rel 0, error 0 of output 0's largest
+    |value| (limit 1e-05)
     localization: the graph differs from torch from FX value div = aten.div.Tensor: 7/28 elements differ, inf: torch 7,
       runtime 0, max abs 2.38e-07, max rel 2.66e-06, error 1.12e-07 of its largest |value| (limit 1e-05)
     optimizer: fails with graph optimizations disabled too

@@ -18,16 +18,16 @@ Failing cells it reproduces (runtimes that share a failure are grouped):
 - onnxruntime==1.18.1, onnxruntime==1.19.2, onnxruntime==1.20.1, onnxruntime==1.21.1, onnxruntime==1.22.1,
     onnxruntime==1.23.2, onnxruntime==1.24.4, onnxruntime==1.25.1, onnxruntime==1.26.0, onnxruntime==1.27.0,
     onnxruntime==1.28.0, onnxruntime==1.29.0, onnxruntime==1.30.0, onnxruntime==1.31.1, onnxruntime==1.32.0 (cpu), probe
-    example: mismatch: 16/64 elements differ, max abs 1.04, max rel 7.4e-07, error 0.728 of output 0's largest |value| (limit
+    example: mismatch: 16/64 elements differ, max abs 1.04, max rel 5.79e-07, error 0.728 of output 0's largest |value| (limit
     1e-05)
     localization: the graph differs from torch from FX value scaled_dot_product_attention (out0) =
-      aten.scaled_dot_product_attention.default: 16/64 elements differ, max abs 1.04, max rel 2.19e-06, error 0.728 of its
+      aten.scaled_dot_product_attention.default: 16/64 elements differ, max abs 1.04, max rel 2.6e-06, error 0.728 of its
       largest |value| (limit 1e-05)
     optimizer: fails with graph optimizations disabled too
 - onnxruntime==1.18.1, onnxruntime==1.19.2, onnxruntime==1.20.1, onnxruntime==1.21.1, onnxruntime==1.22.1,
     onnxruntime==1.23.2, onnxruntime==1.24.4, onnxruntime==1.25.1, onnxruntime==1.26.0, onnxruntime==1.27.0,
     onnxruntime==1.28.0, onnxruntime==1.29.0, onnxruntime==1.30.0, onnxruntime==1.31.1, onnxruntime==1.32.0 (cpu), probe
-    first_row_masked: mismatch: 16/64 elements differ, max abs 1.12, max rel 6.07e-07, error 0.692 of output 0's largest
+    first_row_masked: mismatch: 16/64 elements differ, max abs 1.12, max rel 9.86e-07, error 0.692 of output 0's largest
     |value| (limit 1e-05)
     localization: the graph differs from torch from FX value scaled_dot_product_attention (out0) =
       aten.scaled_dot_product_attention.default: 16/64 elements differ, max abs 1.12, max rel 1.3e-06, error 0.692 of its
