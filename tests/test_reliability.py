@@ -28,6 +28,7 @@ from harness.matrix import Matrix, load
 from harness.records import CellRecord, Stage, Status
 from harness.run import load_artifacts, run_runtime, shard_path, write_shard
 from tests.artifacts import fault_corpus, faults, write_artifact, write_manifest
+from tests.test_isolation import _alive
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "reliability"
@@ -366,13 +367,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_killed_parent_leaves_no_fork_server_or_worker_behind(tmp_path: Path) -> None:
     """The export's workers are forked from a fork server: SIGKILL of the process that runs them takes the
     server and its workers with it, at once."""
@@ -391,7 +385,7 @@ def test_a_killed_parent_leaves_no_fork_server_or_worker_behind(tmp_path: Path) 
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while alive := [p for p in below if _running(p)]:
+    while alive := [p for p in below if _alive(p)]:
         assert time.monotonic() < deadline, f"{alive} outlived their killed parent"
         time.sleep(0.1)
 
