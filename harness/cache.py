@@ -21,6 +21,7 @@ Standard library only: the noxfile reads this module before any environment exis
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import dis
@@ -100,8 +101,31 @@ def digest(*parts: Any) -> str:
 
 @functools.cache
 def code_digest(names: tuple[str, ...]) -> str:
-    """Of the harness's own files ``names`` (relative to the package)."""
-    return digest(*[(n, sha256_file(PACKAGE / n)) for n in names])
+    """Of the harness's own files ``names`` (relative to the package), by what they do (:func:`source_digest`):
+    an edit of a comment or a docstring moves no key, so it reruns no cell and no export."""
+    return digest(*[(n, source_digest(PACKAGE / n)) for n in names])
+
+
+class _Statements(ast.NodeTransformer):
+    """Drops every statement that is a bare string (a docstring, an attribute's docstring): it does nothing."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return None
+        return node
+
+
+def source_digest(path: Path) -> str:
+    """A Python file by its syntax tree without docstrings, line numbers or comments (which never reach the
+    tree); a file that is not Python (``page.html``), or does not parse, by its bytes."""
+    if path.suffix != ".py":
+        return sha256_file(path)
+    data = path.read_bytes()
+    try:
+        tree = _Statements().visit(ast.parse(data))
+    except (SyntaxError, ValueError):
+        return sha256_bytes(data)
+    return "ast:" + sha256_bytes(ast.dump(tree, include_attributes=False).encode())
 
 
 def export_key(case_source: str, artifact: str, exporter: str, opset: int, settings: Mapping[str, Any]) -> str:

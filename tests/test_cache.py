@@ -429,3 +429,32 @@ def test_a_bad_probe_file_costs_that_probe_only(tmp_path: Path) -> None:
     _run(out, latency=False)
     cells = read_shard(shard_path(out, NEWEST, "cpu")).values()
     assert {c.status for c in cells if c.probe == "good"} == {Status.PASS}
+
+
+def test_a_comment_or_docstring_edit_moves_no_code_key(tmp_path: Path) -> None:
+    """Code keys hash what the code does: its syntax tree without docstrings and line numbers."""
+    source = tmp_path / "stage.py"
+
+    def digest(text: str) -> str:
+        source.write_text(text)
+        return cache.source_digest(source)
+
+    base = digest('"""The module."""\n\nLIMIT = 3\n\n\ndef f(x):\n    """Doubles."""\n    return x * 2  # the rule\n')
+    same = [
+        '"""Another word for it."""\n\nLIMIT = 3\n"""An attribute docstring."""\n\n\n'
+        'def f(x):\n    # said here now\n    return x * 2\n',
+        "LIMIT = 3\ndef f(x):\n    return x * 2\n",  # no docstrings, no blank lines
+    ]
+    for text in same:
+        assert digest(text) == base, text
+    moved = [
+        '"""The module."""\n\nLIMIT = 4\n\n\ndef f(x):\n    """Doubles."""\n    return x * 2\n',
+        '"""The module."""\n\nLIMIT = 3\n\n\ndef f(x):\n    """Doubles."""\n    return x * 3\n',
+        '"""The module."""\n\nLIMIT = "3"\n\n\ndef f(x):\n    """Doubles."""\n    return x * 2\n',  # a string that is a value
+    ]
+    for text in moved:
+        assert digest(text) != base, text
+    assert digest("def broken(:\n") != digest("def broken(:\n ")  # a file that does not parse: by its bytes
+    html = tmp_path / "page.html"
+    html.write_text("<!-- a comment -->")
+    assert cache.source_digest(html) == cache.sha256_file(html)
