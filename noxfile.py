@@ -13,6 +13,7 @@ no torch. The export session holds torch (the CPU build), onnx, onnxscript.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import subprocess
@@ -246,6 +247,7 @@ def matrix(session: nox.Session) -> None:
         _LOCKS.append(lock.acquire(ROOT / ns.out, " ".join(["nox -s matrix", *session.posargs]), echo=session.log))
     except HarnessError as exc:
         session.error(str(exc))
+    atexit.register(_LOCKS[-1].release)  # said free at a normal exit (a killed nox leaves its line: taken over)
     os.environ.update(_LOCKS[-1].env())
     os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
     profile = MATRIX.profile(ns.profile)

@@ -204,6 +204,8 @@ def test_a_second_writer_is_refused_at_once_and_a_dead_holder_s_lock_is_taken_ov
     took = _run(matrix, out)  # the holder died with SIGKILL, without releasing: its lock is taken over
     assert took.returncode == 0, took.stderr
     assert f"took over the lock of PID {holder.pid}" in took.stderr
+    again = _run(matrix, out)  # that run released its lock as it ended: nothing to take over
+    assert again.returncode == 0 and "took over" not in again.stderr, again.stderr
 
 
 def test_two_real_runs_on_one_build_folder_cannot_both_write(tmp_path: Path) -> None:
