@@ -244,7 +244,9 @@ def matrix(session: nox.Session) -> None:
     # One writer per build folder: held by this nox process until it exits (every session it queues runs in it)
     # and handed to the stages it starts; a second `nox -s matrix` on the same --out is refused here, at once.
     try:
-        _LOCKS.append(lock.acquire(ROOT / ns.out, " ".join(["nox -s matrix", *session.posargs]), echo=session.log))
+        _LOCKS.append(
+            lock.acquire(ROOT / ns.out, " ".join(["nox -s matrix", *session.posargs]), echo=session.log, stage=False)
+        )
     except HarnessError as exc:
         session.error(str(exc))
     atexit.register(_LOCKS[-1].release)  # said free at a normal exit (a killed nox leaves its line: taken over)

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -105,6 +106,12 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p)
     p.add_argument("sources", nargs="+", type=Path, help="shard files, or folders searched for *.jsonl shards")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="leave out (and say) a shard its run did not seal or that is damaged, instead of refusing; "
+        "the report then needs --partial too",
+    )
 
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
@@ -169,6 +176,10 @@ def _error(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _note(line: str) -> None:
     print(f"harness: {line}", file=sys.stderr)
 
@@ -211,7 +222,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
             if args.command == "report":
                 results = Path(args.results) if args.results else profile.results(out)
-                held.enter_context(lock.acquire(results, lock.command_line(), echo=_note))
+                if results.resolve() != out.resolve():
+                    held.enter_context(lock.acquire(results, lock.command_line(), echo=_note))
             return _stage(args, matrix, profile, out)
     return _stage(args, matrix, profile, out)
 
@@ -244,7 +256,7 @@ def _stage(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path
     if args.command == "gather":
         from harness import nightly
 
-        written = nightly.gather(out, profile, args.sources)
+        written = nightly.gather(out, profile, args.sources, partial=args.partial)
         print(f"gathered {len(written)} shards into {out / 'shards'}")
         return 0
     if args.command == "sessions":
@@ -303,6 +315,7 @@ def _stage(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path
                     f"--provider {p!r} is not a column {runtime.pin} runs; use {', '.join(offered)}"
                     + (" (tensorrt-fp16 for fp16)" if "tensorrt" in offered else "")
                 )
+        signal.signal(signal.SIGTERM, _interrupted)  # a deadline's SIGTERM ends the run as Ctrl-C does
         t0 = time.perf_counter()
         cells = run.run_runtime(matrix, runtime, providers, out, force=args.force, latency=not args.no_latency)
         counts: dict[str, int] = {}
@@ -337,11 +350,16 @@ def _answer(args: argparse.Namespace) -> int:
     from harness import diff, published, recommend
 
     if args.command == "diff":
+        for table in (args.old, args.new):
+            if partial := published.read_partial(published.table_path(table)):
+                _note(f"{table} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}")
         old, new = (published.read_cells(p, spread=False) for p in (args.old, args.new))
         result = diff.diff(old, new, pair=not args.strict_pins)
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
     source = str(published.table_path(args.results or published.default_results()))
+    if partial := published.read_partial(source):
+        _note(f"{source} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}; its answer may change")
     runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)
     cells = published.read_cells(source, runtime=runtime)  # the other columns do not enter the answer
     names, selection = recommend.select(

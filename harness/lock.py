@@ -31,6 +31,7 @@ from typing import IO, Any
 from harness.errors import HarnessError
 
 NAME = ".harness.lock"
+STAGE = ".harness.stage.lock"
 TOKEN_ENV = "HARNESS_LOCKS"
 """``folder=token`` pairs, ``os.pathsep``-separated: the locks the process that started this one holds for it."""
 
@@ -76,10 +77,10 @@ def _holder(data: dict[str, Any]) -> str:
 
 
 class Lock:
-    """A held lock: ``release()`` (or leaving the ``with``) lets the next writer in."""
+    """Held locks: ``release()`` (or leaving the ``with``) lets the next writer in."""
 
-    def __init__(self, path: Path, f: IO[str] | None, token: str | None, took_over: dict[str, Any]) -> None:
-        self.path, self._f, self.token, self.took_over = path, f, token, took_over
+    def __init__(self, path: Path, files: list[IO[str]], token: str | None, took_over: dict[str, Any]) -> None:
+        self.path, self._files, self.token, self.took_over = path, files, token, took_over
 
     def env(self) -> dict[str, str]:
         """The environment that hands this lock to a stage started as a child process."""
@@ -89,13 +90,12 @@ class Lock:
         return {TOKEN_ENV: os.pathsep.join([*pairs, f"{self.path.parent.resolve()}={self.token}"])}
 
     def release(self) -> None:
-        if self._f is None:
-            return
-        with contextlib.suppress(OSError):
-            self._f.seek(0)
-            self._f.truncate()  # the file stays (unlinking it would race a writer opening it); its content goes
-        self._f.close()  # closing the descriptor releases the flock
-        self._f = None
+        for f in reversed(self._files):
+            with contextlib.suppress(OSError):
+                f.seek(0)
+                f.truncate()  # the file stays (unlinking it would race a writer opening it); its content goes
+            f.close()  # closing the descriptor releases the flock
+        self._files = []
 
     def __enter__(self) -> Lock:
         return self
@@ -104,48 +104,86 @@ class Lock:
         self.release()
 
 
-def acquire(folder: Path, what: str, echo: Any = None) -> Lock:
+def _open(folder: Path, name: str) -> IO[str]:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return open(folder / name, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise HarnessError(
+            f"{folder}: cannot take its lock ({exc.strerror or exc}); check that it is a folder you can write"
+        ) from None
+
+
+def _flock(f: IO[str], folder: Path) -> bool:
+    """Take ``f``'s exclusive lock now: True, or False when another holds it."""
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            f.close()
+            raise HarnessError(f"{folder}: cannot take its lock ({exc.strerror or exc})") from None
+        return False
+    return True
+
+
+def _claim(f: IO[str], what: str, token: str) -> dict[str, Any]:
+    """Write who holds ``f`` now; return what a holder that died without releasing it left there."""
+    f.seek(0)
+    earlier = _read(Path(f.name))
+    f.seek(0)
+    f.truncate()
+    me = {"pid": os.getpid(), "started": dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+    f.write(json.dumps({**me, "command": what, "token": token}) + "\n")
+    f.flush()
+    return earlier
+
+
+def _busy(folder: Path, name: str) -> HarnessError:
+    holder = _holder(_read(folder / name))
+    if name == STAGE:
+        holder = f"a stage still running, {holder}"
+    return HarnessError(f"{folder} is in use by {holder}: wait for it to finish, or give this run another --out")
+
+
+def acquire(folder: Path, what: str, echo: Any = None, *, stage: bool = True) -> Lock:
     """Take ``folder``'s lock for ``what`` (a command line, shown to a writer that is refused).
+
+    Two files: the job's lock (:data:`NAME`), which a job that starts stages (``nox -s matrix``, ``stage``
+    False) holds for them all and hands down, and the stage's (:data:`STAGE`), which the writing stage holds
+    itself. So a stage that outlives the job that started it (nox killed alone) still keeps a new job out,
+    and two stages handed the same job's lock cannot write at once.
 
     Raises:
         HarnessError: another process holds it (one line: who, since when, what it runs), or the
             folder cannot hold a lock file (permission, a file in the folder's place).
     """
-    path = path_of(folder)
-    if _held_for_us(path):
-        return Lock(path, None, None, {})
+    files: list[IO[str]] = []
+    token = None
+    earlier: dict[str, Any] = {}
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held open as long as the lock is)
-    except OSError as exc:
-        raise HarnessError(
-            f"{folder}: cannot take its lock ({exc.strerror or exc}); check that it is a folder you can write"
-        ) from None
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        f.close()
-        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise HarnessError(f"{folder}: cannot take its lock ({exc.strerror or exc})") from None
-        raise HarnessError(
-            f"{folder} is in use by {_holder(_read(path))}: wait for it to finish, or give this run another --out"
-        ) from None
-    f.seek(0)
-    earlier = _read(path)  # what a holder that died without releasing left: taken over
-    token = secrets.token_hex(8)
-    me = {
-        "pid": os.getpid(),
-        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": what,
-        "token": token,
-    }
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps(me) + "\n")
-    f.flush()
+        if not _held_for_us(path_of(folder)):
+            job = _open(folder, NAME)
+            if not _flock(job, folder):
+                job.close()
+                raise _busy(folder, NAME)
+            files.append(job)
+            token = secrets.token_hex(8)
+            earlier = _claim(job, what, token)
+        mine = _open(folder, STAGE)
+        if not _flock(mine, folder):
+            mine.close()
+            raise _busy(folder, STAGE)
+        if stage:
+            files.append(mine)
+            _claim(mine, what, token or "")
+        else:
+            mine.close()  # free now: the job's stages take it one at a time
+    except HarnessError:
+        Lock(path_of(folder), files, None, {}).release()
+        raise
     if earlier and echo is not None:
         echo(f"{folder}: took over the lock of {_holder(earlier)}, which ended without releasing it")
-    return Lock(path, f, token, earlier)
+    return Lock(path_of(folder), files, token, earlier)
 
 
 def command_line() -> str:

@@ -74,12 +74,19 @@ def _shard_files(sources: Iterable[Path]) -> dict[str, list[Path]]:
     return found
 
 
-def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[[str], Any] = print) -> list[Path]:
+def gather(
+    out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[[str], Any] = print, *, partial: bool = False
+) -> list[Path]:
     """Merge the shards under ``sources`` into ``out/shards`` (``out`` holds the export); return the shards written.
 
+    Every shard is checked before any is written, so a refusal leaves the build folder as it was. With
+    ``partial``, a shard its run did not seal, or a damaged one, is left out and said instead (the report
+    then refuses to publish without ``--partial`` too).
+
     Raises:
-        HarnessError: one line: a shard of other artifacts (hash mismatch), a damaged shard, a shard
-            the profile does not have, two different copies of one shard, or no shard at all.
+        HarnessError: one line: a shard of other artifacts (hash mismatch), a damaged or unsealed shard
+            (without ``partial``), a shard the profile does not have, two different copies of one
+            shard, or no shard at all.
     """
     exports = {r.key.id: r for r in load_artifacts(out)}
     expected = {shard_path(out, rt, column).name: (rt.pin, column) for rt, column in profile.shards()}
@@ -92,26 +99,38 @@ def gather(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[
             f"gather: {found[strays[0]][0]} is not a shard of profile {profile.name!r}; "
             f"gather with the --profile the run jobs ran (its shards: {', '.join(sorted(expected)[:3])}, …)"
         )
+    checked: dict[str, dict[str, CellRecord]] = {}
+    for name in sorted(found):
+        try:
+            copies = [_checked(path, exports, *expected[name]) for path in found[name]]
+        except _NotWhole as exc:
+            if not partial:
+                raise HarnessError(str(exc)) from None
+            echo(f"{exc}: left out (--partial)")
+            continue
+        for path, other in zip(found[name][1:], copies[1:], strict=True):
+            if _lines(other) != _lines(copies[0]):
+                raise HarnessError(f"gather: {found[name][0]} and {path} are two different runs of one shard; keep one of them")
+        checked[name] = copies[0]
     (out / "shards").mkdir(parents=True, exist_ok=True)
     written = []
-    for name in sorted(found):
-        copies = [_checked(path, exports, *expected[name]) for path in found[name]]
-        first = copies[0]
-        for path, other in zip(found[name][1:], copies[1:], strict=True):
-            if _lines(other) != _lines(first):
-                raise HarnessError(f"gather: {found[name][0]} and {path} are two different runs of one shard; keep one of them")
+    for name, cells in checked.items():
         dest = out / "shards" / name
-        write_shard(dest, first.values())
+        write_shard(dest, cells.values())
         _stamp(found[name], dest)
         written.append(dest)
-        echo(f"gather: {name}: {len(first)} cells")
-    missing = sorted(set(expected) - set(found))
+        echo(f"gather: {name}: {len(cells)} cells")
+    missing = sorted(set(expected) - set(checked))
     for name in missing:  # an earlier gather's shard is not this gather's: the report must not read it
         for stale in (out / "shards" / name, shards.stamp_of(out / "shards" / name)):
             stale.unlink(missing_ok=True)
     if missing:
-        echo(f"gather: no shard for {', '.join(missing)}: the report leaves those columns out")
+        echo(f"gather: no whole shard for {', '.join(missing)}: the report refuses to publish without them (or --partial)")
     return written
+
+
+class _NotWhole(HarnessError):
+    """A shard cut short, failing its checksums, or not sealed by its run: what ``--partial`` leaves out."""
 
 
 def _lines(cells: dict[str, CellRecord]) -> set[str]:
@@ -128,13 +147,13 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
     except OSError as exc:
         raise HarnessError(f"gather: {path}: cannot be read ({exc.strerror or exc})") from None
     if corrupt:
-        raise HarnessError(
+        raise _NotWhole(
             f"gather: {path}: {corrupt} line(s) are cut short or fail their checksum; upload or download the shard again"
         )
     stamp = cache.read_json(shards.stamp_of(path))
     if not isinstance(stamp, dict) or stamp.get("sha256") != digest:
         why = "has no seal beside it" if not isinstance(stamp, dict) else "is not the shard its seal describes"
-        raise HarnessError(
+        raise _NotWhole(
             f"gather: {path} {why} ({shards.stamp_of(path).name}): its run job did not finish, or the upload lost "
             "the stamp; rerun that run job (upload build/shards/ whole)"
         )

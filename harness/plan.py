@@ -172,7 +172,7 @@ def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[
 
 def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
     """After the report: its inputs and the hash of every file now under ``results``."""
-    files = [p for p in sorted(results.rglob("*")) if p.is_file() and p.name != lock.NAME]
+    files = [p for p in sorted(results.rglob("*")) if p.is_file() and p.name not in (lock.NAME, lock.STAGE)]
     outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in files}
     stat = {p.relative_to(results).as_posix(): cache.signature(p) for p in files}
     inputs = report_inputs(out, profile, results, builtin)

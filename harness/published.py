@@ -59,6 +59,17 @@ def read_rewrites(table: str | Path) -> dict[tuple[str, str, int], int]:
         return {}
 
 
+def read_partial(table: str | Path) -> list[str]:
+    """What was not whole when a partial report was published (``environment.json`` beside ``matrix.jsonl``),
+    or [] for a whole one."""
+    try:
+        data = json.loads(Path(table).with_name("environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    partial = data.get("partial") if isinstance(data, dict) else None
+    return [str(p) for p in partial] if isinstance(partial, list) else []
+
+
 def table_path(path: str | Path) -> Path:
     """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
     p = Path(path)

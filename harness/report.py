@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, claims, frontier, history, page, plan, plots, recommend, shards
+from harness import cache, claims, frontier, history, page, plan, plots, recommend, shards, staged
 from harness import export as export_mod
 from harness.corpus import PROBE_FILE_ERROR
 from harness.errors import HarnessError
@@ -54,6 +55,7 @@ from harness.repro import FAILING, write_repros
 from harness.run import load_artifacts, shard_path
 from harness.staged import Staged
 
+_CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.corpus registers a case
 CASE_PAGES = "cases"  # results/cases/<case>.md: one page per case, linked from README.md
 
 LEGEND = {
@@ -112,7 +114,7 @@ def _fold(pairs: list[tuple[str, str]]) -> str:
     if worst != Status.PASS.value:
         hit = sorted(probe for status, probe in pairs if status == worst)
         if len(hit) < len(pairs):
-            sym += " " + ",".join(hit)
+            sym += " " + _md_escape(",".join(hit))  # probe names are file stems and dict keys: anything
     return sym
 
 
@@ -152,6 +154,7 @@ def build(
     cells, exports, problems = gather(out, profile, partial=partial)
     stage = Staged()
     try:
+        staged.sweep(results)  # what a report killed while staging left (SIGKILL: no abort ran)
         summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
         stage.commit()
     except OSError as exc:
@@ -161,7 +164,16 @@ def build(
             f"report: cannot write {results}: {exc.strerror or exc}{where}; the previous report is left as it was: "
             "free some space or fix the folder's permissions, then run the report again"
         ) from None
-    plan.write_report_stamp(out, profile, results, builtin)
+    except BaseException:  # Ctrl-C, a bug: nothing half-written stays behind either
+        stage.abort()
+        raise
+    try:
+        plan.write_report_stamp(out, profile, results, builtin)
+    except OSError as exc:
+        raise HarnessError(
+            f"report: {results} is written, but its stamp in {out} is not ({exc.strerror or exc}): "
+            "the next `nox -s matrix` writes the report again"
+        ) from None
     return summary
 
 
@@ -928,7 +940,9 @@ def _case_section(
         for field in ("symptom", "cause", "fix", "source"):
             lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")
     if card.get("fixes"):
-        lines.append(f"- **fixed twin of** [{card['fixes']}]({card['fixes']}.md)")
+        twin = card["fixes"]
+        linked = _CASE_NAME.match(twin) is not None  # a case's name (corpus._NAME): a safe link target
+        lines.append("- **fixed twin of** " + (f"[{twin}]({twin}.md)" if linked else _md_escape(twin)))
     if card.get("exporters"):
         lines.append(f"- **applies to** {card['exporters']} only (the other exporter's cells are skipped): "
                      f"{_md_escape(card.get('skip_reason', ''))}")
@@ -978,7 +992,7 @@ def _case_section(
     warned = [(r, w) for r in exports for w in r.warnings if w["category"] == "TracerWarning"]
     if warned:
         first = warned[0][1]["message"]
-        lines += [f"TracerWarning ({len(warned)} in all): {_md_escape(first.splitlines()[0][:300])}", ""]
+        lines += [f"TracerWarning ({len(warned)} in all): {_md_escape((first.splitlines() or [''])[0][:300])}", ""]
 
     failing = df[~df["status"].isin([Status.PASS.value, Status.SKIPPED.value])]
     if not failing.empty:

@@ -394,6 +394,7 @@ def run_runtime(
         stamp_path(out, runtime, provider).unlink(missing_ok=True)  # the shard is about to change
         write_shard(path, [*cells.values(), *kept])
         appender = _Appender(path)
+        cut_short = False
         stats = Stats(reused=len(cells), corrupt=corrupt, ran=sum(len(t["probes"]) for t in tasks))
         try:
             t0 = time.perf_counter()
@@ -410,9 +411,12 @@ def run_runtime(
                 echo(f"  correctness: {len(tasks)} artifacts in {stats.correctness_wall:.1f}s")
             if latency:
                 t0 = time.perf_counter()
-                for cell in _latency_phase(matrix, out, provider, cells, runtime, echo, stats, options=options):
-                    cells[cell.key] = cell
-                    appender.add([cell])  # as it arrives: a kill loses no timing already taken
+                try:
+                    for cell in _latency_phase(matrix, out, provider, cells, runtime, echo, stats, options=options):
+                        cells[cell.key] = cell
+                        appender.add([cell])  # as it arrives: a kill loses no timing already taken
+                except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a step's deadline): every verdict is in already
+                    cut_short = True
                 stats.latency_wall = time.perf_counter() - t0
         finally:
             appender.close()
@@ -424,10 +428,14 @@ def run_runtime(
         # Sealed: this run ended and wrote every cell of the export (the report publishes only sealed shards).
         # Up to date (the plan skips the session next time) only when a rerun would find nothing to do.
         redo = None if latency else "its last run skipped the latency phase (--no-latency)"
+        if cut_short:
+            redo = "its last run's latency phase was cut short (SIGTERM or Ctrl-C)"
         if redo is None and not _finished(cells.values(), keys):
             redo = "its last run left cells to do again (a timeout, a localization cut short)"
         inputs = stamp_inputs(((r.key.id, r.cache_key, r.digest) for r in artifacts), matrix, runtime, provider)
         shards.seal(path, {"inputs": inputs, "redo": redo, "env": cache.environment(), "stats": stats.to_dict()})
+        if cut_short:  # sealed (whole, untimed where it stopped), then the interruption goes on
+            raise KeyboardInterrupt
     frontier.measure_if_stale(out, runtime, force=force, echo=echo)
     if damaged:
         art_id, why = next(iter(damaged.items()))

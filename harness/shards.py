@@ -121,12 +121,12 @@ def _problem(
             have = cells.get(prefix + probe)
             if have is None:
                 missing += 1
-            elif rec.ok and (have.inputs != rec.digest or have.sha256 != rec.sha256):
-                wrong += 1
+            elif have.inputs != rec.digest or have.sha256 != rec.sha256 or (not rec.ok and have.error_line != rec.error_line):
+                wrong += 1  # computed from other files, or decided by an export that is not this one
     if missing:
         return f"{name}: {missing} of {expected} cells of this export are missing from {shard}"
     if wrong:
-        return f"{name}: {wrong} cell(s) of {shard} ran other files than this export's artifacts"
+        return f"{name}: {wrong} cell(s) of {shard} are of other files or another export than this export's artifacts"
     return None
 
 

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")
+"""The name :meth:`Staged.write_bytes` writes beside a file: ``.<name>.<pid>.tmp``."""
+
+
+def sweep(folder: Path) -> None:
+    """Remove the temporaries a writer killed while staging left under ``folder`` (none of anything else)."""
+    if folder.is_dir():
+        for path in folder.rglob(".*.tmp"):
+            if path.is_file() and _TEMPORARY.match(path.name):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 class Staged:

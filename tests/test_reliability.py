@@ -121,6 +121,30 @@ def test_a_sigkilled_run_session_is_never_published_and_a_partial_report_says_so
     assert not (results / "README.md").read_text().startswith("**PARTIAL")
 
 
+def test_a_latency_phase_cut_short_by_sigterm_still_seals_every_verdict(tmp_path: Path) -> None:
+    """A step's deadline (bench/gpu_check.sh, a CI timeout) sends SIGTERM while the timings run: the verdicts
+    are all in, so the shard is sealed (publishable, untimed where it stopped) and the plan runs it again."""
+    matrix, out, results = _matrix(tmp_path), tmp_path / "build", tmp_path / "results"
+    text = matrix.path.read_text().replace("budget_seconds = 0.25", "budget_seconds = 60")
+    text = text.replace("max_runs = 200", "max_runs = 100000000").replace("min_runs = 20", "min_runs = 100000000")
+    matrix.path.write_text(text.replace("timeout = 3", "timeout = 120"))  # its first window outlasts the 60 s budget
+    matrix = load(matrix.path)
+    fault_corpus(out, only=["add_one"])
+    shard = shard_path(out, matrix.runtime(onnxruntime.__version__), "cpu")
+    cmd = [sys.executable, "-m", "harness", "run", "--matrix", str(matrix.path), "--profile", PROFILE, "--out", str(out)]
+    proc = subprocess.Popen([*cmd, "--runtime", onnxruntime.__version__], cwd=ROOT, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while (shard.read_bytes() if shard.exists() else b"").count(b'"add_one"') < 2:  # both verdicts are in
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its latency phase"
+        time.sleep(0.05)
+    time.sleep(2.0)  # inside the 60 s timing of add_one's example
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert shards.problem(shard, f"onnxruntime=={onnxruntime.__version__}", "cpu", load_artifacts(out)) is None
+    assert "cut short" in json.loads(shards.stamp_of(shard).read_text())["redo"]
+    assert _report(matrix, out, results).returncode == 0
+
+
 def test_gather_refuses_a_shard_its_run_did_not_seal_or_that_was_cut_short(tmp_path: Path) -> None:
     matrix, out = _matrix(tmp_path), tmp_path / "build"
     fault_corpus(out, only=["add_one", "div_int_min"])
@@ -129,17 +153,21 @@ def test_gather_refuses_a_shard_its_run_did_not_seal_or_that_was_cut_short(tmp_p
     job = tmp_path / "job"
     job.mkdir()
     shard = shard_path(out, runtime, "cpu")
+    good = shard.read_bytes()
     upload, stamp = job / shard.name, job / shards.stamp_of(shard).name
     profile = matrix.profile(PROFILE)
 
-    upload.write_bytes(shard.read_bytes())  # the stamp is not uploaded: the job was killed before it sealed
+    upload.write_bytes(good)  # the stamp is not uploaded: the job was killed before it sealed
     with pytest.raises(HarnessError, match="has no seal beside it"):
         nightly.gather(out, profile, [job], echo=lambda _: None)
     stamp.write_bytes(shards.stamp_of(shard).read_bytes())
-    upload.write_bytes(shard.read_bytes()[:-40])  # cut short mid-line, as a killed upload leaves it
+    upload.write_bytes(good[:-40])  # cut short mid-line, as a killed upload leaves it
     with pytest.raises(HarnessError, match="cut short or fail their checksum"):
         nightly.gather(out, profile, [job], echo=lambda _: None)
-    upload.write_bytes(shard.read_bytes())
+    said: list[str] = []
+    assert nightly.gather(out, profile, [job], echo=said.append, partial=True) == []  # left out, and said
+    assert "cut short or fail their checksum" in said[0] and "left out (--partial)" in said[0]
+    upload.write_bytes(good)
     assert nightly.gather(out, profile, [job], echo=lambda _: None) == [shard]
     assert shards.problem(shard, runtime.pin, "cpu", load_artifacts(out)) is None  # the gathered shard is sealed
 
@@ -179,7 +207,8 @@ def test_a_second_writer_is_refused_at_once_and_a_dead_holder_s_lock_is_taken_ov
     fault_corpus(out, only=["add_one"])
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
-         "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the test holder)'); print('held', flush=True); time.sleep(300)",
+         "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the test holder)', stage=False); print('held', flush=True); "
+         "time.sleep(300)",
          str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -320,7 +349,15 @@ def test_cells_for_other_artifacts_make_a_shard_not_whole(tmp_path: Path) -> Non
     shard.parent.mkdir()
     write_shard(shard, cells)
     shards.seal(shard, {})
-    assert "ran other files than this export's artifacts" in (shards.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or "")
+    said = shards.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or ""
+    assert "are of other files or another export than this export's artifacts" in said
+    failed = json.loads((out / "artifacts" / rec.key.id / "export.json").read_text())
+    failed.update(ok=False, error_class="TorchExportError", error_line="the export fails now")
+    (out / "artifacts" / rec.key.id / "export.json").write_text(json.dumps(failed))
+    (now,) = load_artifacts(out)  # its cells say it exported and passed: not this export's verdict
+    write_shard(shard, rec.each_probe(rec.cell("onnxruntime==1.32.0", "cpu", {})))
+    shards.seal(shard, {})
+    assert "another export" in (shards.problem(shard, "onnxruntime==1.32.0", "cpu", [now]) or "")
     write_shard(shard, cells[:1])
     shards.seal(shard, {})
     assert "1 of 2 cells of this export are missing" in (shards.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or "")
@@ -397,7 +434,7 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
     out = tmp_path / "build"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
-         "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the first one)'); print('held', flush=True); "
+         "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the first one)', stage=False); print('held', flush=True); "
          "time.sleep(300)", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -415,4 +452,36 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and f"is in use by PID {holder.pid}" in said and "(nox -s matrix (the first one))" in said
     assert "Session matrix aborted" in said or "Session matrix failed" in said
-    assert sorted(p.name for p in out.iterdir()) == [lock.NAME], "nothing else was written"
+    assert {p.name for p in out.iterdir()} <= {lock.NAME, lock.STAGE}, "nothing else was written"
+
+
+def _holder(out: Path, what: str, *, stage: bool, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
+         f"held = lock.acquire(Path(sys.argv[1]), {what!r}, stage={stage}); print('held', flush=True); time.sleep(300)",
+         str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_stage_that_outlives_its_job_still_keeps_the_folder(tmp_path: Path) -> None:
+    """nox killed alone leaves its stage running: the next job takes the dead job's lock, but not the stage's."""
+    matrix, out = _matrix(tmp_path), tmp_path / "build"
+    fault_corpus(out, only=["add_one"])
+    job = _holder(out, "nox -s matrix (the job)", stage=False)
+    token = json.loads(lock.path_of(out).read_text())["token"]
+    stage = _holder(out, "harness run (its stage)", stage=True, env={lock.TOKEN_ENV: f"{out.resolve()}={token}"})
+    try:
+        job.kill()
+        job.wait()
+        line = _one_line(_run(matrix, out))
+        assert f"in use by a stage still running, PID {stage.pid}" in line and "(its stage)" in line
+    finally:
+        for proc in (job, stage):
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+    assert _run(matrix, out).returncode == 0
