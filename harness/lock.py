@@ -79,8 +79,8 @@ def _holder(data: dict[str, Any]) -> str:
 class Lock:
     """Held locks: ``release()`` (or leaving the ``with``) lets the next writer in."""
 
-    def __init__(self, path: Path, files: list[IO[str]], token: str | None, took_over: dict[str, Any]) -> None:
-        self.path, self._files, self.token, self.took_over = path, files, token, took_over
+    def __init__(self, path: Path, files: list[IO[str]], token: str | None) -> None:
+        self.path, self._files, self.token = path, files, token
 
     def env(self) -> dict[str, str]:
         """The environment that hands this lock to a stage started as a child process."""
@@ -179,11 +179,11 @@ def acquire(folder: Path, what: str, echo: Any = None, *, stage: bool = True) ->
         else:
             mine.close()  # free now: the job's stages take it one at a time
     except HarnessError:
-        Lock(path_of(folder), files, None, {}).release()
+        Lock(path_of(folder), files, None).release()
         raise
     if earlier and echo is not None:
         echo(f"{folder}: took over the lock of {_holder(earlier)}, which ended without releasing it")
-    return Lock(path_of(folder), files, token, earlier)
+    return Lock(path_of(folder), files, token)
 
 
 def command_line() -> str:

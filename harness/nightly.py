@@ -150,9 +150,8 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
         raise _NotWhole(
             f"gather: {path}: {corrupt} line(s) are cut short or fail their checksum; upload or download the shard again"
         )
-    stamp = cache.read_json(shards.stamp_of(path))
-    if not isinstance(stamp, dict) or stamp.get("sha256") != digest:
-        why = "has no seal beside it" if not isinstance(stamp, dict) else "is not the shard its seal describes"
+    if (seal_state := shards.unsealed(path, digest)) is not None:
+        why = "has no seal beside it" if seal_state == "no seal" else "is not the shard its seal describes"
         raise _NotWhole(
             f"gather: {path} {why} ({shards.stamp_of(path).name}): its run job did not finish, or the upload lost "
             "the stamp; rerun that run job (upload build/shards/ whole)"

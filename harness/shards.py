@@ -17,7 +17,7 @@ is any (unless asked for a partial report), and so does the gather for the shard
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness import cache
@@ -102,12 +102,10 @@ def _problem(
     except OSError as exc:
         return f"{name}: {shard} cannot be read ({exc.strerror or exc})"
     cells.update(sound)
-    if sealed:
-        stamp = cache.read_json(stamp_of(shard))
-        if not isinstance(stamp, dict) or "sha256" not in stamp:
+    if sealed and (seal_state := unsealed(shard, digest)) is not None:
+        if seal_state == "no seal":
             return f"{name}: its run did not finish (killed, crashed or timed out): {shard} is not sealed"
-        if stamp["sha256"] != digest:
-            return f"{name}: {shard} changed after its run sealed it"
+        return f"{name}: {shard} changed after its run sealed it"
     if bad:
         return f"{name}: {bad} line(s) of {shard} are cut short or fail their checksum"
     if any(c.runtime_wide for c in cells.values()):
@@ -130,9 +128,13 @@ def _problem(
     return None
 
 
-def problems(shards: Iterable[tuple[Path, str, str]], artifacts: Sequence[ExportRecord], *, sealed: bool = True) -> list[str]:
-    """:func:`problem` for each ``(shard, pin, provider)``, those that have one."""
-    return [p for shard, pin, provider in shards if (p := problem(shard, pin, provider, artifacts, sealed=sealed))]
+def unsealed(shard: Path, digest: str) -> str | None:
+    """None when ``shard``'s seal holds ``digest`` (its SHA-256); ``"no seal"``, or ``"another shard"`` when
+    the seal describes other bytes."""
+    stamp = cache.read_json(stamp_of(shard))
+    if not isinstance(stamp, dict) or "sha256" not in stamp:
+        return "no seal"
+    return None if stamp["sha256"] == digest else "another shard"
 
 
 def seal(shard: Path, stamp: dict[str, object]) -> None:
