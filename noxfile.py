@@ -27,10 +27,10 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import lock, plan  # noqa: E402
+from harness import lock, plan, stamps  # noqa: E402
 from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
+from harness.cli import matrix_options  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
-from harness.export import requirements_of  # noqa: E402
 from harness.matrix import load  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -51,10 +51,7 @@ except HarnessError as exc:  # one line, not a traceback from inside nox
 
 # The export env also holds the reference runtime: it records every node's value per probe (CPU,
 # optimizations off), which a mismatching cell of any runtime is compared with, node by node.
-REFERENCE_PKGS = next(
-    (rt.requirements for rt in MATRIX.runtimes if rt.pin == f"onnxruntime=={MATRIX.export.onnxruntime}"),
-    (f"onnxruntime=={MATRIX.export.onnxruntime}",),
-)
+REFERENCE_PKGS = stamps.reference_requirements(MATRIX)
 EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", *REFERENCE_PKGS, "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
 NVIDIA_INDEX = "https://pypi.nvidia.com"  # TensorRT's libraries (GPU machines only)
@@ -65,26 +62,15 @@ TEST_PKGS = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", "nox>=2025.2.9", "uv>=0.4",
 
 
 def _options(posargs: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="nox -s matrix --", add_help=False)
-    ap.add_argument("--profile", default="default")
-    ap.add_argument("--corpus", action="append", default=[])
-    ap.add_argument("--only-corpus", action="store_true")
-    ap.add_argument("--cases", default=None)
-    ap.add_argument("--out", default="build")
-    ap.add_argument("--results", default=None)
-    ap.add_argument("--force", action="store_true")
-    ap.add_argument("--no-latency", action="store_true")  # run sessions: cells only (bench/gpu_check.sh times them later)
-    ap.add_argument("--with", dest="with_", action="append", default=[])  # a requirement for the export env, this run
-    ap.add_argument("--partial", action="store_true")  # report: publish what there is, labelled partial
+    """``nox -s matrix -- ...``: the options the stages declare (:func:`harness.cli.matrix_options`)."""
+    ap = matrix_options()
     ns, rest = ap.parse_known_args(posargs)
     if rest:
-        raise SystemExit(
-            f"nox: unknown option(s) {' '.join(rest)}; use --profile, --corpus, --only-corpus, --cases, --out, --results, "
-            "--force, --no-latency, --with, --partial"
-        )
+        known = ", ".join(a.option_strings[0] for a in ap._actions if a.option_strings)
+        raise SystemExit(f"nox: unknown option(s) {' '.join(rest)}; use {known}")
     try:
         MATRIX.profile(ns.profile)
-        ns.requirements = requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
+        ns.requirements = stamps.requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
     if ns.results is None:  # the default profile is the published table; the others stay in the build folder

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from harness import corpus
+    from harness import corpus, layout
     from harness.compare import compare, describe
     from harness.matrix import load
     from harness.records import ExportRecord
@@ -107,10 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"case": case_name, "probe": "*", "status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
             continue
         for probe in rec.probes:
-            prefix = f"{probe}/in/"
-            inputs = [torch.from_numpy(np.array(ref[k])).to(device) for k in ref.files if k.startswith(prefix)]
-            outs = sorted((k for k in ref.files if k.startswith(f"{probe}/out/")), key=lambda k: int(k.rsplit("/", 1)[1]))
-            want = [ref[k] for k in outs]
+            inputs = [torch.from_numpy(np.array(v)).to(device) for v in layout.probe_inputs(ref, probe).values()]
+            want = layout.probe_outputs(ref, probe)
             row: dict[str, Any] = {"case": case_name, "probe": probe}
             try:
                 torch.manual_seed(0)

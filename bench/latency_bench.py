@@ -5,7 +5,7 @@ session settings (``[latency] threads`` intra-op threads, one inter-op
 thread), this alternates two measurements of the same session on the
 ``example`` probe:
 
-- the harness's timing function (:func:`harness.backends.onnxruntime.time_runs`:
+- the harness's timing function (:func:`harness.backends.base.time_runs`:
   warm-up, then windows of ``min_runs`` until the median settles), and
 - a bare loop: ``t = perf_counter(); session.run(None, feeds)`` as many times
   as the harness timed,
@@ -35,8 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.backends import onnxruntime as backend  # noqa: E402
+from harness.backends.base import feeds_for, time_runs  # noqa: E402
+from harness.backends.onnxruntime import OnnxRuntime  # noqa: E402
 from harness.matrix import load  # noqa: E402
+from harness.records import error_line  # noqa: E402
 
 # Small to medium graphs of different kinds; the first that exist in the build folder are used.
 DEFAULT = (
@@ -73,6 +75,7 @@ def main() -> int:
 
     matrix = load(args.matrix)
     lat = dataclasses.asdict(matrix.latency)
+    backend = OnnxRuntime()
     backend.init_worker()
     art_root = Path(args.out) / "artifacts"
     if args.artifacts:
@@ -94,10 +97,10 @@ def main() -> int:
     for art_id in ids:
         art = art_root / art_id
         try:
-            sess = backend._session(art / "model.onnx", "cpu", lat["threads"])
-            feeds, _ = backend._feeds(sess, np.load(art / "reference.npz"), "example")
+            sess = backend.session(art / "model.onnx", "cpu", lat["threads"])
+            feeds, _ = feeds_for([i.name for i in sess.get_inputs()], np.load(art / "reference.npz"), "example")
         except Exception as exc:  # an artifact this runtime cannot load is not a latency figure
-            print(f"{art_id:<50} skipped: {backend.error_line(str(exc))[:60]}")
+            print(f"{art_id:<50} skipped: {error_line(str(exc))[:60]}")
             continue
         harness_medians, bare_medians, stable = [], [], 0
         runs = 2 * lat["min_runs"]  # the bare loop times as many runs as the harness last did
@@ -107,7 +110,7 @@ def main() -> int:
                 if which == "bare":
                     bare_medians.append(bare_median(sess, feeds, runs))
                     continue
-                sample, runs, settled = backend.time_runs(sess, feeds, lat)
+                sample, runs, settled, _ = time_runs(lambda: sess.run(None, feeds), lat)  # noqa: B023 (called at once)
                 harness_medians.append(statistics.median(sample))
                 stable += settled
         h, b = statistics.median(harness_medians), statistics.median(bare_medians)

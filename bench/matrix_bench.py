@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import cache  # noqa: E402
-from harness.export import STAMP  # noqa: E402
+from harness.layout import EXPORT_STAMP as STAMP  # noqa: E402
+from harness.layout import stamp_path  # noqa: E402
 from harness.matrix import load  # noqa: E402
-from harness.run import stamp_path  # noqa: E402
 
 # The bench's own case, added to every run: "touching one case" edits its forward.
 CASE = '''"""matrix_bench's own case: one small model whose forward the bench edits between runs."""

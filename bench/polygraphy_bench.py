@@ -6,7 +6,7 @@ cell (artifact × probe, onnxruntime CPU) is checked two ways:
 - Polygraphy, the way users run it: one ``polygraphy run model.onnx --onnxrt --load-inputs in.json
   --load-outputs ref.json --atol A --rtol R --check-error-stat elemwise --infinities-compare-equal``
   process per artifact, each probe one iteration of it. ``in.json`` is a list of feed dicts (the
-  graph's inputs by name, as ``harness.backends.onnxruntime._feeds`` picks them) and ``ref.json`` a
+  graph's inputs by name, as ``harness.backends.base.feeds_for`` picks them) and ``ref.json`` a
   ``RunResults`` of torch's outputs under the graph's output names, both written with Polygraphy's
   own serializer. A cell passes when the exit status is 0, or else when its iteration's comparison
   logged ``PASSED``: an invocation that dies on one probe keeps the verdicts logged before it, and
@@ -58,10 +58,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.errors import HarnessError  # noqa: E402
-from harness.export import MANIFEST  # noqa: E402
+from harness.layout import MANIFEST, load_artifacts, probe_inputs, probe_outputs  # noqa: E402
 from harness.matrix import Matrix, Runtime, load  # noqa: E402
 from harness.records import ExportRecord, Status  # noqa: E402
-from harness.run import load_artifacts, run_runtime  # noqa: E402
+from harness.run import run_runtime  # noqa: E402
 
 _VERDICT = re.compile(r"^\[I\] Iteration: (\d+)\s*$|(PASSED|FAILED) \| simple \|")
 
@@ -117,12 +117,12 @@ def prepare(rec: ExportRecord, art: Path, work: Path, polygraphy: str) -> Invoca
         inputs, outputs = None, []
     feeds, iterations = [], []
     for probe in probes:
-        given = {k.split("/", 2)[2]: ref[k] for k in ref.files if k.startswith(f"{probe}/in/")}
-        # Graph inputs by name, probe inputs the graph lacks dropped; a missing one stays missing, as in _feeds.
+        given = probe_inputs(ref, probe)
+        # Graph inputs by name, probe inputs the graph lacks dropped; a missing one stays missing, as in feeds_for.
         feeds.append(OrderedDict((k, v) for k, v in given.items() if inputs is None or k in inputs))
-        want = sorted((k for k in ref.files if k.startswith(f"{probe}/out/")), key=lambda k: int(k.rsplit("/", 1)[1]))
+        want = probe_outputs(ref, probe)
         names = [outputs[i] if i < len(outputs) else f"torch_output_{i}" for i in range(len(want))]
-        iterations.append(IterationResult(OrderedDict(zip(names, (ref[k] for k in want), strict=True)), runner_name="torch"))
+        iterations.append(IterationResult(OrderedDict(zip(names, want, strict=True)), runner_name="torch"))
     d = work / "polygraphy" / rec.key.id
     d.mkdir(parents=True)
     save_json(feeds, str(d / "in.json"))

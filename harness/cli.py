@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import lock
@@ -23,6 +24,10 @@ from harness.records import first_line
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", default="matrix.toml", help="the matrix file (default: matrix.toml)")
+    _profile_arg(p)
+
+
+def _profile_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="profile of matrix.toml (default: default)")
     p.add_argument("--out", default="build", help="build directory (default: build)")
 
@@ -46,7 +51,56 @@ def _with_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _results_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--results",
+        default=None,
+        help="the report's folder (default: the profile's results, else results/ for profile default, else "
+        "<out>/results/<profile>/)",
+    )
+
+
+def _force_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true", help=f"{what}, ignoring the cache")
+
+
+def _no_latency_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-latency", action="store_true", help="skip the latency phase")
+
+
+def _partial_arg(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--partial", action="store_true", help=help)
+
+
+_PARTIAL_REPORT = (
+    "publish even though some shards are not whole (a run killed or not run), labelled partial on the "
+    "README's first line and on the page (default: refuse, exit 2)"
+)
+
+
+def matrix_options() -> argparse.ArgumentParser:
+    """The options of ``nox -s matrix -- ...``: the stages' own, declared once here (the noxfile parses with it
+    and hands each stage what it takes)."""
+    ap = argparse.ArgumentParser(prog="nox -s matrix --", add_help=False)
+    _profile_arg(ap)
+    _corpus_arg(ap)
+    _results_arg(ap)
+    _force_arg(ap, "redo every export and every cell")
+    _no_latency_arg(ap)
+    _with_arg(ap)
+    _partial_arg(ap, _PARTIAL_REPORT)
+    return ap
+
+
+def _all_columns() -> list[str]:
+    from harness import runtimes
+
+    return list(dict.fromkeys(c for k in runtimes.KINDS for c in k.columns()))
+
+
 def parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options. (One function, over 60 lines: a flat list of declarations, one block
+    per subcommand, read top to bottom; the options two commands share are the helpers above.)"""
     ap = argparse.ArgumentParser(prog="harness", description="PyTorch → ONNX compatibility matrix")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -64,13 +118,13 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     _corpus_arg(p)
     p.add_argument("--workers", type=int, default=None, help="export processes (default: [run] workers)")
-    p.add_argument("--force", action="store_true", help="export everything again, ignoring the cache")
+    _force_arg(p, "export everything again")
     _with_arg(p)
 
     p = sub.add_parser("plan", help="say which stages a rerun of the profile would run, and why (runs nothing)")
     _common(p)
     _corpus_arg(p)
-    p.add_argument("--results", default=None, help="the report's folder (default as for `report`)")
+    _results_arg(p)
     _with_arg(p)
 
     p = sub.add_parser(
@@ -89,9 +143,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
     _common(p)
     p.add_argument("--runtime", required=True, help="pin, id or version: onnxruntime==1.17.3, ort-1.17.3, 1.17.3")
-    p.add_argument("--provider", action="append", default=[], help="override the profile's providers")
-    p.add_argument("--force", action="store_true", help="redo every cell, ignoring the cache")
-    p.add_argument("--no-latency", action="store_true", help="skip the latency phase")
+    p.add_argument("--provider", action="append", default=[], help="override the profile's columns (cpu, cuda, ...)")
+    _force_arg(p, "redo every cell")
+    _no_latency_arg(p)
 
     p = sub.add_parser(
         "jobs",
@@ -106,25 +160,17 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p)
     p.add_argument("sources", nargs="+", type=Path, help="shard files, or folders searched for *.jsonl shards")
-    p.add_argument(
-        "--partial",
-        action="store_true",
-        help="leave out (and say) a shard its run did not seal or that is damaged, instead of refusing; "
+    _partial_arg(
+        p,
+        "leave out (and say) a shard its run did not seal or that is damaged, instead of refusing; "
         "the report then needs --partial too",
     )
 
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
-    p.add_argument(
-        "--results", default=None, help="output directory (default: results/ for profile default, else <out>/results/<profile>/)"
-    )
+    _results_arg(p)
     p.add_argument("--wall", type=float, default=None, help="wall time of the run, recorded in the report")
-    p.add_argument(
-        "--partial",
-        action="store_true",
-        help="publish even though some shards are not whole (a run killed or not run), labelled partial on the "
-        "README's first line and on the page (default: refuse, exit 2)",
-    )
+    _partial_arg(p, _PARTIAL_REPORT)
 
     p = sub.add_parser(
         "recommend",
@@ -134,7 +180,7 @@ def parser() -> argparse.ArgumentParser:
         "Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input.",
     )
     p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
-    p.add_argument("--provider", default="cpu", help="cpu, cuda, tensorrt or tensorrt-fp16 (default: cpu)")
+    p.add_argument("--provider", default="cpu", help=f"the column: {', '.join(_all_columns())} (default: cpu)")
     p.add_argument(
         "--exporter", default=None, help="answer for this exporter only: torchscript or dynamo (default: the best of "
         "each, and the recommendation between them)"
@@ -212,9 +258,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _answer(args)
     if args.command == "reference":
         return _reference(args)
-    from harness import matrix as matrix_mod
+    from harness.matrix import load
 
-    matrix = matrix_mod.load(args.matrix)
+    matrix = load(args.matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
     if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.lock
@@ -233,113 +279,137 @@ WRITERS = ("export", "run", "report", "gather")
 
 
 def _stage(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import matrix as matrix_mod
+    return _STAGES[args.command](args, matrix, profile, out)
 
-    root = Path(args.matrix).resolve().parent
 
-    if args.command == "validate":
-        for prof in matrix.profiles.values():
-            shards = len(prof.shards())
-            exports = prof.exports()
-            asked = "; ".join(f"{e} {_ranges(prof.opsets_of(e))}" for e in prof.exporters)
-            print(
-                f"{prof.name}: {len(prof.runtimes)} runtimes, {shards} runtime × provider columns × "
-                f"{len(exports)} exporter × opset ({asked}) = {shards * len(exports)} columns per case"
-            )
-        print(f"{args.matrix}: ok")
-        return 0
-    if args.command == "jobs":
-        from harness import nightly
-
-        print(json.dumps(nightly.jobs(args.sessions, profile), separators=(",", ":")))
-        return 0
-    if args.command == "gather":
-        from harness import nightly
-
-        written = nightly.gather(out, profile, args.sources, partial=args.partial)
-        print(f"gathered {len(written)} shards into {out / 'shards'}")
-        return 0
-    if args.command == "sessions":
-        for rt in profile.runtimes:
-            print(rt.id)
-        return 0
-    if args.command == "list":
-        from harness import corpus
-
-        registry = corpus.load(_corpus(matrix, args), root)
-        for case in registry:
-            tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else "")
-            print(f"{case.name:<32} {tag}")
-        print(f"{len(registry)} cases")
-        return _problems(registry.problems)
-    if args.command == "plan":
-        from harness import plan
-        from harness.export import requirements_of
-
-        results = Path(args.results) if args.results else profile.results(out)
-        sources = _corpus(matrix, args)
-        reqs = requirements_of(matrix, args.with_, sources, root)
-        todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_cases(args), requirements=reqs)
-        print("\n".join(todo.lines()))
-        return 0
-    if args.command == "export":
-        from harness import export
-
-        t0 = time.perf_counter()
-        sources = _corpus(matrix, args)
-        records, problems = export.export_all(
-            matrix,
-            profile,
-            sources,
-            out,
-            root=root,
-            workers=args.workers,
-            cases=_cases(args),
-            force=args.force,
-            requirements=export.requirements_of(matrix, args.with_, sources, root),
-            echo_error=_error,
+def _validate(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    for prof in matrix.profiles.values():
+        shards = len(prof.shards())
+        exports = prof.exports()
+        asked = "; ".join(f"{e} {_ranges(prof.opsets_of(e))}" for e in prof.exporters)
+        print(
+            f"{prof.name}: {len(prof.runtimes)} runtimes, {shards} runtime × provider columns × "
+            f"{len(exports)} exporter × opset ({asked}) = {shards * len(exports)} columns per case"
         )
-        ok = sum(r.ok for r in records)
-        print(f"exported {ok}/{len(records)} artifacts in {time.perf_counter() - t0:.1f}s → {out / 'artifacts'}")
-        return _problems(problems, echo=False)
-    if args.command == "run":
-        from harness import run
+    print(f"{args.matrix}: ok")
+    return 0
 
-        runtime = matrix.runtime(args.runtime)
-        providers = args.provider or list(profile.columns(runtime))
-        offered = matrix_mod.PACKAGE_PROVIDERS[runtime.package]
-        allowed = matrix_mod.columns_of(runtime.package)
-        for p in providers:
-            if p not in allowed:
-                raise HarnessError(
-                    f"--provider {p!r} is not a column {runtime.pin} runs; use {', '.join(offered)}"
-                    + (" (tensorrt-fp16 for fp16)" if "tensorrt" in offered else "")
-                )
-        signal.signal(signal.SIGTERM, _interrupted)  # a deadline's SIGTERM ends the run as Ctrl-C does
-        t0 = time.perf_counter()
-        cells = run.run_runtime(matrix, runtime, providers, out, force=args.force, latency=not args.no_latency)
-        counts: dict[str, int] = {}
-        for c in cells:
-            counts[c.status.value] = counts.get(c.status.value, 0) + 1
-        print(f"{runtime.pin}: {len(cells)} cells in {time.perf_counter() - t0:.1f}s: {json.dumps(counts)}")
-        return 0
-    if args.command == "report":
-        from harness import report
 
-        results = Path(args.results) if args.results else profile.results(out)
-        summary = report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus, partial=args.partial)
-        print(summary)
-        return 0
-    raise AssertionError(args.command)
+def _jobs(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import nightly
+
+    print(json.dumps(nightly.jobs(args.sessions, profile), separators=(",", ":")))
+    return 0
+
+
+def _gather(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import nightly
+
+    written = nightly.gather(out, profile, args.sources, partial=args.partial)
+    print(f"gathered {len(written)} shards into {out / 'shards'}")
+    return 0
+
+
+def _sessions(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    for rt in profile.runtimes:
+        print(rt.id)
+    return 0
+
+
+def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import corpus
+
+    registry = corpus.load(_corpus(matrix, args), _root(args))
+    for case in registry:
+        tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else "")
+        print(f"{case.name:<32} {tag}")
+    print(f"{len(registry)} cases")
+    return _problems(registry.problems)
+
+
+def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import plan, stamps
+
+    results = Path(args.results) if args.results else profile.results(out)
+    sources = _corpus(matrix, args)
+    reqs = stamps.requirements_of(matrix, args.with_, sources, _root(args))
+    todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_cases(args), requirements=reqs)
+    print("\n".join(todo.lines()))
+    return 0
+
+
+def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import export, stamps
+
+    t0 = time.perf_counter()
+    sources = _corpus(matrix, args)
+    records, problems = export.export_all(
+        matrix,
+        profile,
+        sources,
+        out,
+        root=_root(args),
+        workers=args.workers,
+        cases=_cases(args),
+        force=args.force,
+        requirements=stamps.requirements_of(matrix, args.with_, sources, _root(args)),
+        echo_error=_error,
+    )
+    ok = sum(r.ok for r in records)
+    print(f"exported {ok}/{len(records)} artifacts in {time.perf_counter() - t0:.1f}s → {out / 'artifacts'}")
+    return _problems(problems, echo=False)
+
+
+def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import run
+
+    runtime = matrix.runtime(args.runtime)
+    columns = args.provider or list(profile.columns(runtime))
+    for col in columns:
+        if col not in runtime.kind.columns():
+            raise HarnessError(f"--provider {col!r} is not a column {runtime.pin} runs; use {', '.join(runtime.kind.columns())}")
+    signal.signal(signal.SIGTERM, _interrupted)  # a deadline's SIGTERM ends the run as Ctrl-C does
+    t0 = time.perf_counter()
+    cells = run.run_runtime(matrix, runtime, columns, out, force=args.force, latency=not args.no_latency)
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.status.value] = counts.get(c.status.value, 0) + 1
+    print(f"{runtime.pin}: {len(cells)} cells in {time.perf_counter() - t0:.1f}s: {json.dumps(counts)}")
+    return 0
+
+
+def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness import report
+
+    results = Path(args.results) if args.results else profile.results(out)
+    print(report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus, partial=args.partial))
+    return 0
+
+
+_STAGES: dict[str, Callable[[argparse.Namespace, Matrix, Profile, Path], int]] = {
+    "validate": _validate,
+    "jobs": _jobs,
+    "gather": _gather,
+    "sessions": _sessions,
+    "list": _list,
+    "plan": _plan,
+    "export": _export,
+    "run": _run,
+    "report": _report,
+}
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.matrix).resolve().parent
 
 
 def _reference(args: argparse.Namespace) -> int:
-    from harness import localize
+    from harness import reference
     from harness.workers import die_with_parent
 
     die_with_parent(os.getppid())  # asked by a run-stage worker: it goes when that worker goes
     try:
-        meta = localize.record(args.artifact, args.probe, args.out, args.timeout, runtime=args.runtime)
+        meta = reference.record(args.artifact, args.probe, args.out, args.timeout, runtime=args.runtime)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         raise HarnessError(f"{args.artifact}: probe {args.probe!r}: {first_line(str(exc)) or type(exc).__name__}") from None
     print(json.dumps(meta))

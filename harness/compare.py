@@ -51,6 +51,9 @@ def compare(
 ) -> tuple[bool, DiffStats]:
     """Return (every output matches, statistics) over all outputs of one probe.
 
+    (Over 60 lines, on purpose: the verdict every cell rests on, one loop over the outputs that reads top to
+    bottom: shape and dtype, NaN and inf, the element-wise bound, the scaled bound, the statistics.)
+
     Args:
         refs: torch's outputs.
         outs: The runtime's outputs, in the same order.

@@ -173,11 +173,6 @@ def _reasons(refusals: Mapping[tuple[int, int], str]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def applies(package: str) -> bool:
-    """onnxruntime's packages load ONNX files; native TensorRT builds engines (its own parser)."""
-    return package.startswith("onnxruntime")
-
-
 def failed(out: Path, runtime_pin: str, why: str) -> dict[str, Any]:
     """The record of an environment that could not measure (its onnxruntime does not import)."""
     return _record(out, runtime_pin, None) | {
@@ -192,7 +187,7 @@ def failed(out: Path, runtime_pin: str, why: str) -> dict[str, Any]:
 def measure_if_stale(out: Path, runtime: Runtime, *, force: bool = False, echo: Callable[[str], Any] = print) -> None:
     """The run stage's last step: what this runtime loads, unless measured on the current models already.
     An environment that cannot measure (its onnxruntime does not import) is recorded as such."""
-    if not applies(runtime.package) or index_digest(out) is None:
+    if not runtime.kind.frontier or index_digest(out) is None:
         return
     if not force and why_stale(out, runtime.id) is None:
         return

@@ -21,51 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import runtimes
 from harness.errors import HarnessError
+from harness.runtimes import PRECISIONS, Kind, Provider
 
 EXPORTERS = ("torchscript", "dynamo")
-
-# Provider short name → onnxruntime execution provider. For the native TensorRT runtime (package
-# ``tensorrt``), ``tensorrt`` is TensorRT itself: its ONNX parser and an engine built by its builder.
-PROVIDERS = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-}
-
-# What each runtime package can run. A profile's providers are run where the package offers them.
-PACKAGE_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "onnxruntime": ("cpu",),
-    "onnxruntime-gpu": ("cpu", "cuda", "tensorrt"),
-    "tensorrt": ("tensorrt",),
-}
-
-# The precision axis: TensorRT (the execution provider and the native backend) builds fp32 or fp16
-# engines. A column is the provider, plus the precision when it is not fp32: ``tensorrt-fp16``.
-PRECISIONS = ("fp32", "fp16")
-PRECISION_PROVIDERS = ("tensorrt",)
-
-
-def column(provider: str, precision: str = "fp32") -> str:
-    """The shard and table column of ``provider`` at ``precision``: ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
-    return provider if precision == "fp32" else f"{provider}-{precision}"
-
-
-def _columns(providers: Sequence[str], precisions: Sequence[str]) -> tuple[str, ...]:
-    """Each provider's columns in order, the precision providers once per precision."""
-    return tuple(column(p, q) for p in providers for q in (precisions if p in PRECISION_PROVIDERS else ("fp32",)))
-
-
-def columns_of(package: str) -> tuple[str, ...]:
-    """Every provider column a package can run: ``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
-    return _columns(PACKAGE_PROVIDERS[package], PRECISIONS)
-
-
-def split_column(name: str) -> tuple[str, str]:
-    """``tensorrt-fp16`` → ``("tensorrt", "fp16")``; ``cuda`` → ``("cuda", "fp32")``."""
-    provider, _, precision = name.partition("-")
-    return provider, precision or "fp32"
-
 
 # ONNX default-domain opsets a torch exporter can be asked for, per exporter, as torch 2.13 writes them
 # (tests/test_matrix.py asks the real exporters): TorchScript writes 7..23 as asked (torch.onnx's
@@ -75,34 +35,6 @@ def split_column(name: str) -> tuple[str, str]:
 # A runtime that cannot load an opset is a measured cell.
 OPSET_MIN, OPSET_MAX = 7, 28
 EXPORTER_OPSETS = {"torchscript": (7, 23), "dynamo": (7, 28)}
-
-PACKAGES = ("onnxruntime", "onnxruntime-gpu", "tensorrt")
-GPU_PACKAGES = ("onnxruntime-gpu", "tensorrt")
-# Session id prefix per package: ``ort-1.17.3``, ``ortgpu-1.23.2``, ``trt-10.13.3.9``.
-_ID_PREFIX = {"onnxruntime": "ort", "onnxruntime-gpu": "ortgpu", "tensorrt": "trt"}
-
-# Releases with a CPython 3.11 wheel on PyPI (pip index versions, 2026-11-30).
-# A pin outside this list is refused with the nearest releases; a newer
-# release is added here (and to matrix.toml's runtimes) when it appears.
-KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
-    "onnxruntime": tuple(
-        "1.15.0 1.15.1 1.16.0 1.16.1 1.16.2 1.16.3 1.17.0 1.17.1 1.17.3 1.18.0 1.18.1 "
-        "1.19.0 1.19.2 1.20.0 1.20.1 1.21.0 1.21.1 1.22.0 1.22.1 1.23.0 1.23.1 1.23.2 "
-        "1.24.1 1.24.2 1.24.3 1.24.4 1.25.0 1.25.1 1.26.0 1.27.0 1.28.0 1.29.0 1.30.0 "
-        "1.31.0 1.31.1 1.32.0".split()
-    ),
-    "onnxruntime-gpu": tuple(
-        "1.15.0 1.15.1 1.16.0 1.16.3 1.17.0 1.17.1 1.18.0 1.18.1 1.19.0 1.19.2 1.20.0 "
-        "1.20.2 1.21.0 1.21.1 1.22.0 1.23.0 1.23.2 1.24.1 1.24.4 1.25.0 1.25.1 1.26.0 "
-        "1.27.0 1.28.0 1.29.0 1.30.0 1.31.0 1.31.1".split()
-    ),
-    # NVIDIA's meta-package (it pulls tensorrt-cu12 or -cu13: bindings and libraries), pip index versions.
-    "tensorrt": tuple(
-        "8.6.1 10.0.1 10.1.0 10.2.0 10.3.0 10.4.0 10.5.0 10.6.0 10.7.0 10.8.0.43 10.9.0.34 10.10.0.31 "
-        "10.11.0.33 10.12.0.36 10.13.0.35 10.13.2.6 10.13.3.9 10.14.1.48 10.15.1.29 10.16.0.72 10.16.1.11 "
-        "11.0.0.114 11.1.0.106 11.2.1.2 11.3.0.99 11.4.0.106".split()
-    ),
-}
 
 _PIN = re.compile(r"^(?P<package>[A-Za-z0-9_.-]+)\s*==\s*(?P<version>[0-9][0-9A-Za-z.+-]*)$")
 
@@ -140,28 +72,29 @@ class Runtime:
     ``unavailable`` with the reason."""
 
     @property
+    def kind(self) -> Kind:
+        """Its runtime kind in the registry (:mod:`harness.runtimes`)."""
+        return runtimes.kind(self.package)
+
+    @property
     def id(self) -> str:
         """Short nox session id: ``ort-1.17.3``, ``ortgpu-1.20.2``, ``trt-10.13.3.9``."""
-        return f"{_ID_PREFIX[self.package]}-{self.version}"
+        return f"{self.kind.id_prefix}-{self.version}"
 
     @property
     def gpu(self) -> bool:
         """Whether it is a GPU package: the nightly runs it on a runner labelled for GPUs."""
-        return self.package in GPU_PACKAGES
+        return self.kind.gpu
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        """What its environment installs on any machine. The native TensorRT runtime installs nothing of
-        its own without a driver: its wheels are GBs of CUDA libraries and pycuda needs a toolkit."""
-        if self.package == "tensorrt":
-            return ("numpy", *self.constraints)
-        return (self.pin, *self.constraints)
+        """What its environment installs on any machine (:meth:`harness.runtimes.Kind.requirements`)."""
+        return self.kind.requirements(self.pin, self.constraints)
 
     @property
     def gpu_install(self) -> tuple[str, ...]:
         """What its environment installs on a machine with an NVIDIA driver."""
-        own = (self.pin,) if self.package == "tensorrt" else ()
-        return (*own, *self.requirements, *self.gpu_requirements)
+        return self.kind.gpu_install(self.pin, self.constraints, self.gpu_requirements)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +110,9 @@ class Profile:
     exporter_opsets: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """The opsets each exporter is asked for, when they differ (``opsets = {torchscript = [..], dynamo = [..]}``);
     empty: every exporter at :attr:`opsets`."""
+    results_dir: str = ""
+    """``results = "results/openvino"``: where its report is published, inside the project; empty: ``results/``
+    for the default profile, the build folder for the others (:meth:`results`)."""
 
     def opsets_of(self, exporter: str) -> tuple[int, ...]:
         """The opsets ``exporter`` is asked for in this profile."""
@@ -189,16 +125,18 @@ class Profile:
     def columns(self, runtime: Runtime) -> tuple[str, ...]:
         """The provider columns ``runtime`` runs in this profile: the profile's providers its package
         offers, TensorRT once per precision (``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``)."""
-        offered = PACKAGE_PROVIDERS[runtime.package]
-        return _columns([p for p in self.providers if p in offered], self.precisions)
+        offered = runtime.kind.columns()
+        return tuple(c for c in _columns(self.providers, self.precisions) if c in offered)
 
     def shards(self) -> list[tuple[Runtime, str]]:
         """Every (runtime, column) of the profile: one shard each."""
         return [(rt, c) for rt in self.runtimes for c in self.columns(rt)]
 
     def results(self, out: str | os.PathLike[str]) -> Path:
-        """Where its report goes: ``results/`` (the published table) for the default profile, else
-        ``<out>/results/<profile>/`` in the build folder."""
+        """Where its report goes: its ``results`` folder where matrix.toml gives one, else ``results/`` (the published
+        table) for the default profile and ``<out>/results/<profile>/`` in the build folder for the others."""
+        if self.results_dir:
+            return Path(self.results_dir)
         return Path("results") if self.name == "default" else Path(out) / "results" / self.name
 
 
@@ -241,8 +179,9 @@ class RunSettings:
     def worker_count(self) -> int:
         return self.workers or (os.cpu_count() or 1)
 
-    def workers_for(self, provider: str) -> int:
-        return self.worker_count if provider == "cpu" else min(self.worker_count, max(1, self.gpu_workers))
+    def workers_for(self, provider: Provider) -> int:
+        """Correctness workers of a column: one per core, or ``gpu_workers`` where its cells share one device."""
+        return min(self.worker_count, max(1, self.gpu_workers)) if provider.shares_device else self.worker_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,14 +218,14 @@ class Matrix:
     """``[providers.<name>] options``: onnxruntime provider options (``cuda``, ``tensorrt``), and for
     the native TensorRT backend ``[providers.tensorrt] native`` (``workspace_mib``)."""
 
-    def options(self, provider: str, *, native: bool = False) -> dict[str, Any]:
-        """The options of a provider column as matrix.toml gives them; for ``tensorrt-fp16`` the
-        execution provider also gets ``trt_fp16_enable``."""
-        base, precision = split_column(provider)
-        table = self.provider_options.get(base, {})
-        out = dict(table.get("native" if native else "options", {}))
-        if base == "tensorrt" and not native:
-            out["trt_fp16_enable"] = precision == "fp16"
+    def options(self, col: str, kind: Kind) -> dict[str, Any]:
+        """The options of column ``col`` on a runtime of ``kind``, as matrix.toml gives them (the table
+        :attr:`Kind.options_key` names), plus what the column's precision sets (``trt_fp16_enable``) where
+        the kind takes execution provider options."""
+        name, precision = runtimes.split_column(col)
+        out = dict(self.provider_options.get(name, {}).get(kind.options_key, {}))
+        if kind.options_key == "options":
+            out.update(runtimes.provider(name).precision_options.get(precision, {}))
         return out
 
     def profile(self, name: str) -> Profile:
@@ -439,9 +378,12 @@ def parse_runtime(file: str, where: str, pin: str, constraints: tuple[str, ...] 
         hint = f'"onnxruntime=={bare}"' if re.match(r"^\d", bare) else '"onnxruntime==X.Y.Z"'
         raise HarnessError(f"{file}: {where}: {pin!r} is not a pin; write {hint}")
     package, version = m["package"].lower(), m["version"]
-    if package not in PACKAGES:
-        raise HarnessError(f"{file}: {where}: unknown runtime package {package!r}; use one of {', '.join(PACKAGES)}")
-    releases = KNOWN_RELEASES[package]
+    if package not in runtimes.packages():
+        known = runtimes.packages()
+        raise HarnessError(
+            f"{file}: {where}: unknown runtime package {package!r}{_did_you_mean(package, known)}; use one of {', '.join(known)}"
+        )
+    releases = runtimes.kind(package).releases
     if version not in releases:
         if len(version_tuple(version)) < 3:
             patches = [v for v in releases if v.startswith(version + ".")]
@@ -451,7 +393,7 @@ def parse_runtime(file: str, where: str, pin: str, constraints: tuple[str, ...] 
         nearest = sorted(releases, key=lambda v: _distance(version_tuple(v), target))[:2]
         raise HarnessError(
             f"{file}: {where}: {package} {version} is not a known release; nearest: "
-            f"{', '.join(sorted(nearest, key=version_tuple))} (a newer release goes into harness.matrix.KNOWN_RELEASES)"
+            f"{', '.join(sorted(nearest, key=version_tuple))} (a newer release goes into its entry in harness/runtimes.py)"
         )
     return Runtime(pin=f"{package}=={version}", package=package, version=version, constraints=constraints)
 
@@ -461,7 +403,7 @@ _REQUIREMENT = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?\s*((===|==|!=|~=|>=|<=|>|<)\s*[\w.*+!-]+\s*,?\s*)*$"
 )
 # Pinned by [export] itself: a requirement may not name them (torch must stay the CPU build matrix.toml pins).
-_EXPORT_PINNED = ("torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu")
+_EXPORT_PINNED = ("torch", "onnx", "onnxscript", *(k.package for k in runtimes.KINDS if k.version_key == "onnxruntime"))
 
 
 def requirement_name(requirement: str) -> str:
@@ -496,6 +438,36 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     """
     path = Path(path)
     file = path.name
+    top = _Reader(file, "", _read_toml(path))
+    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles")
+    export = _export_settings(_Reader(file, "export", top.get("export", dict, required=True)))
+    corpus = _corpus(_Reader(file, "corpus", top.get("corpus", dict, required=True)), path.resolve().parent)
+    batch_sizes = _batch_sizes(_Reader(file, "probes", top.get("probes", dict, {})))
+    to = _Reader(file, "tolerance", top.get("tolerance", dict, {}))
+    to.only("atol", "rtol", "scaled")
+    declared = _runtimes(file, top)
+    export = _reference_runtime(export, declared, _Reader(file, "export", top.get("export", dict)))
+    profiles_raw = top.get("profiles", dict, required=True)
+    if "default" not in profiles_raw:
+        top.fail("has no [profiles.default]; add one (nox -s matrix runs it)", "profiles")
+    by_pin = {rt.pin: rt for rt in declared}
+    return Matrix(
+        path=path,
+        export=export,
+        corpus=corpus,
+        batch_sizes=batch_sizes,
+        atol=float(to.number("atol", 1e-4)),
+        rtol=float(to.number("rtol", 1e-3)),
+        scaled=float(to.number("scaled", 1e-5)),
+        run=_run_settings(_Reader(file, "run", top.get("run", dict, {}))),
+        latency=_latency_settings(_Reader(file, "latency", top.get("latency", dict, {}))),
+        runtimes=declared,
+        profiles={name: _profile(file, top, name, raw, by_pin) for name, raw in profiles_raw.items()},
+        provider_options=_provider_options(file, top.get("providers", dict, {})),
+    )
+
+
+def _read_toml(path: Path) -> Any:
     if path.is_dir():
         raise HarnessError(f"{path}: is a folder; pass the matrix file itself, e.g. --matrix {path / 'matrix.toml'}")
     try:
@@ -507,13 +479,12 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     except OSError as exc:
         raise HarnessError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{file}: not valid TOML: {exc}") from None
-    top = _Reader(file, "", data)
-    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles")
+        raise HarnessError(f"{path.name}: not valid TOML: {exc}") from None
 
-    ex = _Reader(file, "export", top.get("export", dict, required=True))
+
+def _export_settings(ex: _Reader) -> ExportSettings:
     ex.only(
         "torch",
         "onnx",
@@ -530,7 +501,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         onnx=ex.get("onnx", str),
         onnxscript=ex.get("onnxscript", str),
         onnxruntime=ex.get("onnxruntime", str, ""),
-        requirements=parse_requirements(f"{file}: export.requirements", ex.strings("requirements", [], nonempty=False)),
+        requirements=parse_requirements(f"{ex.file}: export.requirements", ex.strings("requirements", [], nonempty=False)),
         timeout=float(ex.number("timeout", 600, minimum=1)),
         reference_timeout=float(ex.number("reference_timeout", 300, minimum=1)),
         intermediates_mib=float(ex.number("intermediates_mib", 64)),
@@ -540,35 +511,49 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         if getattr(export, key) and len(version_tuple(getattr(export, key))) < 3:
             ex.fail(f"{getattr(export, key)!r} is not pinned; write a full X.Y.Z version", key)
     if export.onnxruntime:
-        parse_runtime(file, "export.onnxruntime", f"onnxruntime=={export.onnxruntime}")
+        parse_runtime(ex.file, "export.onnxruntime", f"onnxruntime=={export.onnxruntime}")
+    return export
 
-    co = _Reader(file, "corpus", top.get("corpus", dict, required=True))
+
+def _reference_runtime(export: ExportSettings, declared: Sequence[Runtime], ex: _Reader) -> ExportSettings:
+    """``[export] onnxruntime``, by default the newest declared onnxruntime."""
+    if export.onnxruntime:
+        return export
+    cpu = [rt for rt in declared if rt.package == "onnxruntime"]
+    if not cpu:
+        ex.fail("missing, and no onnxruntime is declared in [[runtimes]] to default to; add it", "onnxruntime")
+    newest = max(cpu, key=lambda rt: version_tuple(rt.version))
+    return dataclasses.replace(export, onnxruntime=newest.version)
+
+
+def _corpus(co: _Reader, root: Path) -> tuple[str, ...]:
     co.only("modules")
     corpus = co.strings("modules")
     for name in corpus:
-        problem = _corpus_problem(path.resolve().parent, name)
+        problem = _corpus_problem(root, name)
         if problem:
             co.fail(f"{name!r}: {problem}", "modules")
+    return corpus
 
-    pr = _Reader(file, "probes", top.get("probes", dict, {}))
+
+def _batch_sizes(pr: _Reader) -> tuple[int, ...]:
     pr.only("batch_sizes")
     batch_sizes = pr.ints("batch_sizes", [], nonempty=False)
     if any(b < 1 for b in batch_sizes):
         pr.fail("batch sizes must be >= 1", "batch_sizes")
+    return batch_sizes
 
-    to = _Reader(file, "tolerance", top.get("tolerance", dict, {}))
-    to.only("atol", "rtol", "scaled")
-    atol, rtol, scaled = to.number("atol", 1e-4), to.number("rtol", 1e-3), to.number("scaled", 1e-5)
 
-    ru = _Reader(file, "run", top.get("run", dict, {}))
+def _run_settings(ru: _Reader) -> RunSettings:
     ru.only("timeout", "workers", "gpu_workers")
-    run = RunSettings(
+    return RunSettings(
         timeout=float(ru.number("timeout", 120, minimum=1)),
         workers=ru.number("workers", 0, integer=True),
         gpu_workers=ru.number("gpu_workers", 4, minimum=1, integer=True),
     )
 
-    la = _Reader(file, "latency", top.get("latency", dict, {}))
+
+def _latency_settings(la: _Reader) -> LatencySettings:
     la.only("iobinding", "threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")
     latency = LatencySettings(
         iobinding=la.get("iobinding", bool, True),
@@ -581,16 +566,20 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     )
     if latency.max_runs < latency.min_runs:
         la.fail(f"max_runs ({latency.max_runs}) is below min_runs ({latency.min_runs}); raise max_runs", "max_runs")
+    return latency
 
-    runtimes_raw = top.get("runtimes", list, required=True)
-    if not runtimes_raw:
+
+def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
+    """The ``[[runtimes]]`` entries: each pinned to a known release, once, with the CUDA majors a GPU kind needs."""
+    raw_list = top.get("runtimes", list, required=True)
+    if not raw_list:
         top.fail("is empty; declare at least one [[runtimes]] entry", "runtimes")
-    runtimes: list[Runtime] = []
-    for i, raw in enumerate(runtimes_raw):
+    declared: list[Runtime] = []
+    for i, raw in enumerate(raw_list):
         rr = _Reader(file, f"runtimes[{i}]", raw)
         rr.only("pin", "constraints", "cuda", "cudnn", "tensorrt", "gpu_requirements")
         rt = parse_runtime(file, f"runtimes[{i}].pin", rr.get("pin", str), rr.strings("constraints", [], nonempty=False))
-        if any(rt.pin == other.pin for other in runtimes):
+        if any(rt.pin == other.pin for other in declared):
             rr.fail(f"{rt.pin} is declared twice; remove the duplicate", "pin")
         majors = {}
         for key in ("cuda", "cudnn", "tensorrt"):
@@ -600,96 +589,84 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
             majors[key] = value
         if rt.gpu and not majors["cuda"]:
             rr.fail(f'{rt.pin} is a GPU runtime: record the CUDA major it needs (cuda = "12")', "cuda")
+        what = "the CPU package" if rt.package == "onnxruntime" else "not a GPU runtime"
         if not rt.gpu and any(majors.values()):
-            rr.fail(f"{rt.pin} is the CPU package: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
+            rr.fail(f"{rt.pin} is {what}: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
         gpu_reqs = rr.strings("gpu_requirements", [], nonempty=False)
         if gpu_reqs and not rt.gpu:
-            rr.fail(f"{rt.pin} is the CPU package: gpu_requirements do not apply; remove the key", "gpu_requirements")
-        runtimes.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
-    by_pin = {rt.pin: rt for rt in runtimes}
-    if not export.onnxruntime:
-        cpu = [rt for rt in runtimes if rt.package == "onnxruntime"]
-        if not cpu:
-            ex.fail("missing, and no onnxruntime is declared in [[runtimes]] to default to; add it", "onnxruntime")
-        newest = max(cpu, key=lambda rt: version_tuple(rt.version))
-        export = dataclasses.replace(export, onnxruntime=newest.version)
+            rr.fail(f"{rt.pin} is {what}: gpu_requirements do not apply; remove the key", "gpu_requirements")
+        declared.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
+    return tuple(declared)
 
-    profiles_raw = top.get("profiles", dict, required=True)
-    if "default" not in profiles_raw:
-        top.fail("has no [profiles.default]; add one (nox -s matrix runs it)", "profiles")
-    profiles: dict[str, Profile] = {}
-    for name, raw in profiles_raw.items():
-        if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
-            top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
-        pp = _Reader(file, f"profiles.{name}", raw)
-        pp.only("runtimes", "providers", "precisions", "exporters", "opsets")
-        refs = pp.strings("runtimes")
-        prof_runtimes = []
-        for j, ref in enumerate(refs):
-            rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
-            if rt.pin not in by_pin:
-                pp.fail(f"{rt.pin} is not declared; add a [[runtimes]] entry with pin = {rt.pin!r}", "runtimes")
-            prof_runtimes.append(by_pin[rt.pin])
-        providers = pp.strings("providers", ["cpu"])
-        for p in providers:
-            if p not in PROVIDERS:
-                pp.fail(f"unknown provider {p!r}{_did_you_mean(p, PROVIDERS)}; use {', '.join(PROVIDERS)}", "providers")
-        precisions = pp.strings("precisions", ["fp32"])
-        for q in precisions:
-            if q not in PRECISIONS:
-                pp.fail(f"unknown precision {q!r}{_did_you_mean(q, PRECISIONS)}; use {', '.join(PRECISIONS)}", "precisions")
-        for rt in prof_runtimes:
-            if not any(p in PACKAGE_PROVIDERS[rt.package] for p in providers):
-                pp.fail(
-                    f"{rt.pin} offers none of the providers {', '.join(providers)} (it offers "
-                    f"{', '.join(PACKAGE_PROVIDERS[rt.package])}); add one to providers or drop the runtime",
-                    "providers",
-                )
-        if precisions != ("fp32",) and not any(p in PRECISION_PROVIDERS for p in providers):
-            listed = ", ".join(PRECISION_PROVIDERS)
-            pp.fail(f"precisions apply to {listed} only, which providers does not list; add it or remove the key", "precisions")
-        for p in providers:
-            if not any(p in PACKAGE_PROVIDERS[rt.package] for rt in prof_runtimes):
-                pp.fail(f"no runtime of the profile offers provider {p!r}; add a runtime that does or remove it", "providers")
-        exporters = pp.strings("exporters", list(EXPORTERS))
-        for e in exporters:
-            if e not in EXPORTERS:
-                pp.fail(f"unknown exporter {e!r}{_did_you_mean(e, EXPORTERS)}; use {', '.join(EXPORTERS)}", "exporters")
-        per_exporter = _profile_opsets(file, f"profiles.{name}", pp, exporters)
-        opsets = tuple(sorted({o for _, os_ in per_exporter for o in os_}))
-        same = len({os_ for _, os_ in per_exporter}) == 1
-        profiles[name] = Profile(
-            name, tuple(prof_runtimes), providers, exporters, opsets, precisions, () if same else per_exporter
-        )
 
-    provider_options = _provider_options(file, top.get("providers", dict, {}))
+def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, Runtime]) -> Profile:
+    """One ``[profiles.<name>]``: declared runtimes, providers and precisions some runtime of it runs, opsets each
+    exporter writes."""
+    if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
+        top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
+    pp = _Reader(file, f"profiles.{name}", raw)
+    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results")
+    prof_runtimes = []
+    for j, ref in enumerate(pp.strings("runtimes")):
+        rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
+        if rt.pin not in by_pin:
+            pp.fail(f"{rt.pin} is not declared; add a [[runtimes]] entry with pin = {rt.pin!r}", "runtimes")
+        prof_runtimes.append(by_pin[rt.pin])
+    providers = pp.strings("providers", ["cpu"])
+    precisions = pp.strings("precisions", ["fp32"])
+    _check_columns(pp, prof_runtimes, providers, precisions)
+    exporters = pp.strings("exporters", list(EXPORTERS))
+    for e in exporters:
+        if e not in EXPORTERS:
+            pp.fail(f"unknown exporter {e!r}{_did_you_mean(e, EXPORTERS)}; use {', '.join(EXPORTERS)}", "exporters")
+    per_exporter = _profile_opsets(file, f"profiles.{name}", pp, exporters)
+    opsets = tuple(sorted({o for _, os_ in per_exporter for o in os_}))
+    same = len({os_ for _, os_ in per_exporter}) == 1
+    results = pp.get("results", str, "")
+    if results and (Path(results).is_absolute() or ".." in Path(results).parts or not Path(results).parts):
+        pp.fail(f"results = {results!r} must be a folder inside the project (results/{name}); fix it", "results")
+    return Profile(name, tuple(prof_runtimes), providers, exporters, opsets, precisions, () if same else per_exporter, results)
 
-    return Matrix(
-        path=path,
-        export=export,
-        corpus=corpus,
-        batch_sizes=batch_sizes,
-        atol=float(atol),
-        rtol=float(rtol),
-        scaled=float(scaled),
-        run=run,
-        latency=latency,
-        runtimes=tuple(runtimes),
-        profiles=profiles,
-        provider_options=provider_options,
-    )
+
+def _check_columns(pp: _Reader, prof_runtimes: Sequence[Runtime], providers: Sequence[str], precisions: Sequence[str]) -> None:
+    """Every provider and precision is known, and every runtime runs one of the providers, every provider
+    one of the runtimes, every precision one of the providers."""
+    known = runtimes.provider_names()
+    for p in providers:
+        if p not in known:
+            pp.fail(f"unknown provider {p!r}{_did_you_mean(p, known)}; use {', '.join(known)}", "providers")
+    for q in precisions:
+        if q not in PRECISIONS:
+            pp.fail(f"unknown precision {q!r}{_did_you_mean(q, PRECISIONS)}; use {', '.join(PRECISIONS)}", "precisions")
+    for rt in prof_runtimes:
+        if not any(p in rt.kind.providers for p in providers):
+            pp.fail(
+                f"{rt.pin} offers none of the providers {', '.join(providers)} (it offers "
+                f"{', '.join(rt.kind.providers)}); add one to providers or drop the runtime",
+                "providers",
+            )
+    with_axis = [p.name for p in runtimes.PROVIDERS if len(p.precisions) > 1]
+    if tuple(precisions) != ("fp32",) and not any(p in with_axis for p in providers):
+        listed = ", ".join(with_axis)
+        pp.fail(f"precisions apply to {listed} only, which providers does not list; add it or remove the key", "precisions")
+    for p in providers:
+        if not any(p in rt.kind.providers for rt in prof_runtimes):
+            pp.fail(f"no runtime of the profile offers provider {p!r}; add a runtime that does or remove it", "providers")
 
 
 def _provider_options(file: str, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``[providers.cuda] options = {...}``, ``[providers.tensorrt] options = {...}, native = {...}``:
-    scalar values only (onnxruntime takes provider options as strings, numbers and booleans)."""
+    """``[providers.<name>] options = {...}`` (execution provider options) and, for a provider a native runtime
+    runs, ``native = {...}`` (``[providers.tensorrt] native``: ``workspace_mib``): scalar values only
+    (onnxruntime takes provider options as strings, numbers and booleans)."""
     out: dict[str, dict[str, Any]] = {}
     for name, table in raw.items():
         where = f"providers.{name}"
-        if name not in PROVIDERS or name == "cpu":
-            raise HarnessError(f"{file}: {where}: no options for provider {name!r}; options are for cuda and tensorrt")
+        takes = [p for p in runtimes.provider_names() if p != "cpu"]
+        if name not in takes:
+            raise HarnessError(f"{file}: {where}: no options for provider {name!r}; options are for {' and '.join(takes)}")
+        native = any(k.options_key == "native" and name in k.providers for k in runtimes.KINDS)
         rd = _Reader(file, where, table)
-        rd.only("options", "native") if name == "tensorrt" else rd.only("options")
+        rd.only("options", "native") if native else rd.only("options")
         entry: dict[str, Any] = {}
         for key in ("options", "native"):
             opts = rd.get(key, dict, {})
@@ -703,7 +680,16 @@ def _provider_options(file: str, raw: dict[str, Any]) -> dict[str, dict[str, Any
         workspace = entry["native"].get("workspace_mib", 1)
         if isinstance(workspace, bool) or not isinstance(workspace, int) or workspace < 1:
             rd.fail(f"workspace_mib must be a positive integer (MiB), got {workspace!r}", "native")
-        if "trt_fp16_enable" in entry["options"]:
-            rd.fail("trt_fp16_enable is set per column by the profile's precisions (tensorrt-fp16); remove it", "options")
+        for key in sorted(runtimes.precision_keys() & set(entry["options"])):
+            rd.fail(f"{key} is set per column by the profile's precisions ({name}-fp16); remove it", "options")
         out[name] = entry
     return out
+
+
+def _columns(providers: Sequence[str], precisions: Sequence[str]) -> tuple[str, ...]:
+    """Each provider's columns in order, a provider with a precision axis once per precision of the profile."""
+    out = []
+    for name in providers:
+        axis = runtimes.provider(name).precisions
+        out += [runtimes.column(name, q) for q in (precisions if len(axis) > 1 else ("fp32",)) if q in axis]
+    return tuple(out)

@@ -1,4 +1,4 @@
-"""The nightly, sharded (.github/workflows/nightly.yml): its job matrix, and the gather of its shards.
+"""The nightly, sharded (.github/workflows/nightly.yml): its job matrix, and the gather of its layout.
 
 ``harness jobs`` turns nox's own session list (``nox -l --json -t run``) into the run jobs of a
 profile: one per runtime, on a hosted runner for the CPU package and on a runner labelled for GPUs
@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache, shards
+from harness import cache, layout
 from harness.errors import HarnessError
 from harness.matrix import Profile
 from harness.records import CellRecord
-from harness.run import load_artifacts, shard_path, write_shard
 
 CPU_RUNNER = ["ubuntu-24.04"]
 GPU_RUNNER = ["self-hosted", "linux", "x64", "gpu"]
@@ -88,8 +87,8 @@ def gather(
             (without ``partial``), a shard the profile does not have, two different copies of one
             shard, or no shard at all.
     """
-    exports = {r.key.id: r for r in load_artifacts(out)}
-    expected = {shard_path(out, rt, column).name: (rt.pin, column) for rt, column in profile.shards()}
+    exports = {r.key.id: r for r in layout.load_artifacts(out)}
+    expected = {layout.shard_path(out, rt, column).name: (rt.pin, column) for rt, column in profile.shards()}
     found = {name: sorted(paths) for name, paths in _shard_files(sources).items()}
     if not found:
         raise HarnessError(f"gather: no shards (*.jsonl) under {', '.join(map(str, sources))}; did the run jobs upload any?")
@@ -112,17 +111,17 @@ def gather(
             if _lines(other) != _lines(copies[0]):
                 raise HarnessError(f"gather: {found[name][0]} and {path} are two different runs of one shard; keep one of them")
         checked[name] = copies[0]
-    (out / "shards").mkdir(parents=True, exist_ok=True)
+    (out / layout.SHARDS).mkdir(parents=True, exist_ok=True)
     written = []
     for name, cells in checked.items():
-        dest = out / "shards" / name
-        write_shard(dest, cells.values())
+        dest = out / layout.SHARDS / name
+        layout.write_shard(dest, cells.values())
         _stamp(found[name], dest)
         written.append(dest)
         echo(f"gather: {name}: {len(cells)} cells")
     missing = sorted(set(expected) - set(checked))
     for name in missing:  # an earlier gather's shard is not this gather's: the report must not read it
-        for stale in (out / "shards" / name, shards.stamp_of(out / "shards" / name)):
+        for stale in (out / layout.SHARDS / name, layout.stamp_of(out / layout.SHARDS / name)):
             stale.unlink(missing_ok=True)
     if missing:
         echo(f"gather: no whole shard for {', '.join(missing)}: the report refuses to publish without them (or --partial)")
@@ -142,7 +141,7 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
     than the shard's name says, a cell ran an artifact that is not the export's, or none of its cells is
     of this export (cells of artifacts the export does not hold are dropped: the report ignores them)."""
     try:
-        cells, corrupt = shards.read(path)
+        cells, corrupt = layout.read(path)
         digest = cache.sha256_file(path)
     except OSError as exc:
         raise HarnessError(f"gather: {path}: cannot be read ({exc.strerror or exc})") from None
@@ -150,10 +149,10 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
         raise _NotWhole(
             f"gather: {path}: {corrupt} line(s) are cut short or fail their checksum; upload or download the shard again"
         )
-    if (seal_state := shards.unsealed(path, digest)) is not None:
+    if (seal_state := layout.unsealed(path, digest)) is not None:
         why = "has no seal beside it" if seal_state == "no seal" else "is not the shard its seal describes"
         raise _NotWhole(
-            f"gather: {path} {why} ({shards.stamp_of(path).name}): its run job did not finish, or the upload lost "
+            f"gather: {path} {why} ({layout.stamp_of(path).name}): its run job did not finish, or the upload lost "
             "the stamp; rerun that run job (upload build/shards/ whole)"
         )
     keep: dict[str, CellRecord] = {}
@@ -187,6 +186,6 @@ def _checked(path: Path, exports: dict[str, Any], pin: str, column: str) -> dict
 def _stamp(sources: Sequence[Path], dest: Path) -> None:
     """Seal the shard written with its run job's seal (checked by :func:`_checked`), now holding the hash
     of what was written (the gather drops the cells of artifacts this export does not hold)."""
-    stamp = cache.read_json(shards.stamp_of(sources[0]))
+    stamp = cache.read_json(layout.stamp_of(sources[0]))
     assert isinstance(stamp, dict)
-    shards.seal(dest, {k: v for k, v in stamp.items() if k != "sha256"})
+    layout.seal(dest, {k: v for k, v in stamp.items() if k != "sha256"})

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import runtimes
 from harness.frontier import describe
 from harness.published import column_label, runtime_order
 from harness.recommend import Answer
@@ -107,19 +108,11 @@ def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
     return {"loads": describe(result), "loads_short": f"IR≤{result['max_ir']} op≤{result['max_opset']}"}
 
 
-def _install(pin: str, constraints: Sequence[str]) -> tuple[str, ...]:
-    """What a reproducer needs: the runtime, its constraints, numpy (native TensorRT: Polygraphy's runner)."""
-    if pin.startswith("tensorrt=="):
-        return (pin, "polygraphy")
-    has_numpy = any(c.replace(" ", "").startswith("numpy") for c in constraints)
-    return (pin, *constraints, *(() if has_numpy else ("numpy",)))
-
-
-def _reproduce(pin: str, provider: str) -> str:
-    """The command after ``pip install``, with ``{repro}`` for the reproducer's folder."""
-    if pin.startswith("tensorrt=="):  # native TensorRT: onnxruntime cannot stand in for it
-        return "polygraphy run results/{repro}/model.onnx --trt" + (" --fp16" if provider.endswith("-fp16") else "")
-    return "python results/{repro}/repro.py" + ("" if provider == "cpu" else f" --provider {provider}")
+def _reproducer(pin: str, column: str, constraints: Sequence[str]) -> dict[str, str]:
+    """What a column's reproducer installs and the command after ``pip install`` (``{repro}``: its folder), as the
+    runtime's kind reproduces a cell (:meth:`harness.runtimes.Kind.reproduce`)."""
+    install, command = runtimes.kind(runtimes.package_of(pin)).reproduce(pin, column, constraints, "results/{repro}/")
+    return {"install": " ".join(f'"{req}"' for req in install), "reproduce": command}
 
 
 def data(
@@ -145,23 +138,11 @@ def data(
     providers = sorted({c.provider for c in cells})
     measured = {(c.runtime, c.provider) for c in cells}
     columns = [(pin, p) for pin in pins for p in providers if (pin, p) in measured]
-    col_index = {col: i for i, col in enumerate(columns)}
     case_names = list(dict.fromkeys(r.case for r in exports))
     case_index = {name: i for i, name in enumerate(case_names)}
     rows = [r for r in exports if r.case in case_index]
-    row_index = {(r.case, r.exporter, r.opset): i for i, r in enumerate(rows)}
     statuses = sorted(Status, key=lambda s: s.severity)
-    status_index = {s: i for i, s in enumerate(statuses)}
-    packed = []
-    for c in cells:
-        row = row_index.get((c.case, c.exporter, c.opset))
-        if row is None:
-            continue
-        lat = c.latency
-        latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
-        packed.append(
-            [row, col_index[(c.runtime, c.provider)], strings(c.probe), status_index[c.status], details(_detail(c)), latency]
-        )
+    packed = _pack(cells, rows, columns, statuses, strings, details)
     cards = {r.case: r.card for r in exports}
     return {
         "title": "PyTorch → ONNX compatibility matrix",
@@ -176,9 +157,8 @@ def data(
                 "runtime": pin,
                 "provider": p,
                 "label": column_label(pin, p, len(providers)),
-                "install": " ".join(f'"{req}"' for req in _install(pin, constraints.get(pin, ()))),
-                "reproduce": _reproduce(pin, p),
             }
+            | _reproducer(pin, p, constraints.get(pin, ()))
             | _loads(frontier.get(pin))
             for pin, p in columns
         ],
@@ -196,6 +176,31 @@ def data(
         "cells": packed,
         "environment": dict(environment),
     }
+
+
+def _pack(
+    cells: Sequence[CellRecord],
+    rows: Sequence[ExportRecord],
+    columns: Sequence[tuple[str, str]],
+    statuses: Sequence[Status],
+    strings: _Interned,
+    details: _Interned,
+) -> list[list[Any]]:
+    """One short array per cell: ``[row, column, probe, status, details, latency]``, by index."""
+    row_index = {(r.case, r.exporter, r.opset): i for i, r in enumerate(rows)}
+    col_index = {col: i for i, col in enumerate(columns)}
+    status_index = {s: i for i, s in enumerate(statuses)}
+    packed = []
+    for c in cells:
+        row = row_index.get((c.case, c.exporter, c.opset))
+        if row is None:
+            continue
+        lat = c.latency
+        latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
+        packed.append(
+            [row, col_index[(c.runtime, c.provider)], strings(c.probe), status_index[c.status], details(_detail(c)), latency]
+        )
+    return packed
 
 
 def render(payload: Mapping[str, Any]) -> str:

@@ -13,9 +13,9 @@ Stamps:
 - ``build/export.stamp.json`` (:func:`harness.export.export_all`): the export's
   settings, every project file it read with its hash, its environment's package
   listing, each artifact's content address and digest.
-- ``build/shards/<runtime>-<provider>.stamp.json`` (:func:`harness.run.run_runtime`):
+- ``build/shards/<runtime>-<column>.stamp.json`` (:func:`harness.run.run_runtime`):
   a digest of the shard's inputs, the shard's own hash, the environment.
-- ``build/report.stamp.json`` (:func:`write_report_stamp`): a digest of the
+- ``build/report.stamp.json`` (:func:`harness.stamps.write_report_stamp`): a digest of the
   report's inputs and the hash of every file it wrote under ``results/``.
 
 Standard library only: the noxfile runs this before any environment exists.
@@ -29,10 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import cache, export, frontier, lock, run
+from harness import cache, frontier, layout, stamps
 from harness.matrix import Matrix, Profile, Runtime
-
-REPORT_STAMP = "report.stamp.json"
 
 
 def corpus_sources(matrix: Matrix, extra: Sequence[str] = (), only: bool = False) -> list[str]:
@@ -84,18 +82,18 @@ def plan(
     requirements: Sequence[str] = (),
 ) -> Plan:
     """What ``nox -s matrix`` must run for ``profile``; ``requirements`` are what the export environment
-    is given beyond its pins (:func:`harness.export.requirements_of`)."""
+    is given beyond its pins (:func:`harness.stamps.requirements_of`)."""
     if force:
         return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
-    stamp = cache.read_json(out / export.STAMP)
-    export_why = _export_why(out, stamp, export.stamp_settings(matrix, profile, corpus, cases, requirements))
+    stamp = cache.read_json(out / layout.EXPORT_STAMP)
+    export_why = _export_why(out, stamp, stamps.export_inputs(matrix, profile, corpus, cases, requirements))
     runs: dict[str, str | None] = {}
     for rt in profile.runtimes:
         if export_why is not None:
             runs[rt.id] = "the export runs first"
             continue
         runs[rt.id] = next((w for p in profile.columns(rt) if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
-        if runs[rt.id] is None and frontier.applies(rt.package):
+        if runs[rt.id] is None and rt.kind.frontier:
             runs[rt.id] = frontier.why_stale(out, rt.id)
     report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
     if report_why is None:
@@ -116,74 +114,45 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
     for folder, pattern, names in stamp.get("globs", ()):
         if cache.glob_names(folder, pattern) != names:
             return f"the probe files {pattern!r} under {folder} changed"
-    manifest = cache.read_json(out / export.MANIFEST)
+    manifest = cache.read_json(out / layout.MANIFEST)
     artifacts: Mapping[str, Mapping[str, str]] = stamp["artifacts"]
     if not isinstance(manifest, dict) or sorted(manifest.get("artifacts", ())) != sorted(artifacts):
-        return f"{out / export.MANIFEST} does not list the stamped artifacts"
-    store = cache.ExportStore(out / export.STORE)
+        return f"{out / layout.MANIFEST} does not list the stamped artifacts"
+    store = cache.ExportStore(out / layout.STORE)
     for art_id, entry in artifacts.items():
         if (why := store.check(entry["key"])) is not None:
             return f"{art_id}: cache entry {why}"
-        if not store.linked(entry["key"], out / "artifacts" / art_id):
-            return f"{out / 'artifacts' / art_id} differs from its cache entry"
+        if not store.linked(entry["key"], layout.artifact_dir(out, art_id)):
+            return f"{layout.artifact_dir(out, art_id)} differs from its cache entry"
     return frontier.models_missing(out)
 
 
-def _run_why(out: Path, matrix: Matrix, runtime: Runtime, provider: str, stamp: Mapping[str, Any]) -> str | None:
-    shard = run.shard_path(out, runtime, provider)
-    mine = cache.read_json(run.stamp_path(out, runtime, provider))
+def _run_why(out: Path, matrix: Matrix, runtime: Runtime, column: str, stamp: Mapping[str, Any]) -> str | None:
+    shard = layout.shard_path(out, runtime, column)
+    mine = cache.read_json(layout.stamp_path(out, runtime, column))
     if not isinstance(mine, dict):
-        return f"{provider}: not run to the end yet"
+        return f"{column}: not run to the end yet"
     if mine.get("redo"):  # sealed (whole), but a rerun has something to do
-        return f"{provider}: {mine['redo']}"
+        return f"{column}: {mine['redo']}"
     artifacts = ((art_id, a["key"], a["digest"]) for art_id, a in stamp["artifacts"].items())
-    if mine.get("inputs") != run.stamp_inputs(artifacts, matrix, runtime, provider):
-        return f"{provider}: artifacts, settings or harness code changed"
+    if mine.get("inputs") != stamps.shard_inputs(artifacts, matrix, runtime, column):
+        return f"{column}: artifacts, settings or harness code changed"
     try:
         if cache.sha256_file(shard) != mine.get("sha256"):
-            return f"{provider}: {shard} changed since it was written"
+            return f"{column}: {shard} changed since it was written"
     except OSError:
-        return f"{provider}: {shard} is gone"
+        return f"{column}: {shard} is gone"
     return cache.environment_unchanged(mine.get("env"))
 
 
 # The report ------------------------------------------------------------------
 
 
-def _report_code() -> tuple[str, ...]:
-    names = [p.relative_to(cache.PACKAGE).as_posix() for p in cache.PACKAGE.rglob("*") if p.suffix in (".py", ".html")]
-    return tuple(sorted(n for n in names if "__pycache__" not in n))
-
-
-def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
-    """A digest of what the report reads: the manifest, every artifact's record (by its export's
-    content address: cards, claims, graphs), the profile's shards, the harness's code."""
-    files = [
-        out / export.MANIFEST,
-        *(run.shard_path(out, rt, p) for rt, p in profile.shards()),
-        *(frontier.result_path(out, rt.id) for rt in profile.runtimes),
-    ]
-    hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
-    stamp = cache.read_json(out / export.STAMP)
-    exports = stamp.get("artifacts") if isinstance(stamp, dict) else None
-    code = cache.code_digest(_report_code())
-    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, exports, code)
-
-
-def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> None:
-    """After the report: its inputs and the hash of every file now under ``results``."""
-    files = [p for p in sorted(results.rglob("*")) if p.is_file() and p.name not in (lock.NAME, lock.STAGE)]
-    outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in files}
-    stat = {p.relative_to(results).as_posix(): cache.signature(p) for p in files}
-    inputs = report_inputs(out, profile, results, builtin)
-    cache.write_json(out / REPORT_STAMP, {"inputs": inputs, "outputs": outputs, "stat": stat, "env": cache.environment()})
-
-
 def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str | None:
-    stamp = cache.read_json(out / REPORT_STAMP)
+    stamp = cache.read_json(out / layout.REPORT_STAMP)
     if not isinstance(stamp, dict):
         return "no report yet"
-    if stamp.get("inputs") != report_inputs(out, profile, results, builtin):
+    if stamp.get("inputs") != stamps.report_inputs(out, profile, results, builtin):
         return f"its inputs changed since {results} was written"
     if (why := cache.environment_unchanged(stamp.get("env"))) is not None:
         return why

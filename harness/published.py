@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness import runtimes
 from harness.errors import HarnessError
 from harness.records import CellRecord, Status
 
@@ -153,15 +154,11 @@ def runtime_key(pin: str) -> tuple[Any, ...]:
     return (package, parts, version)
 
 
-# A column's runtime label: the version for onnxruntime, prefixed for the other packages.
-LABEL_PREFIX = {"onnxruntime": "", "onnxruntime-gpu": "gpu-", "tensorrt": "trt-"}
-
-
 def column_label(pin: str, provider: str, providers: int) -> str:
     """A table column's label: ``1.17.3``; with several providers ``1.17.3 cpu``, ``gpu-1.23.2 tensorrt-fp16``,
-    ``trt-10.13.3.9 tensorrt`` (onnxruntime-gpu 1.31.1's CPU column is not onnxruntime 1.31.1's)."""
-    package, _, version = pin.partition("==")
-    label = LABEL_PREFIX.get(package, f"{package}-") + version
+    ``trt-10.13.3.9 tensorrt`` (onnxruntime-gpu 1.31.1's CPU column is not onnxruntime 1.31.1's): the runtime's
+    label as its kind gives it (:func:`harness.runtimes.label`)."""
+    label = runtimes.label(pin)
     return label if providers == 1 else f"{label} {provider}"
 
 

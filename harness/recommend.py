@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import frontier
+from harness import frontier, runtimes
 from harness.errors import HarnessError
 from harness.matrix import version_tuple
 from harness.published import group_by, runtime_order, why
@@ -73,16 +73,15 @@ class Answer:
 
 
 def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
-    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (``ortgpu-1.31.1``, ``trt-10.13.3.9``) → one of the
-    ``measured`` pins, or one line naming the nearest measured ones (or saying that it is not a version)."""
+    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (any kind's session id: ``ortgpu-1.31.1``, ``trt-10.13.3.9``)
+    → one of the ``measured`` pins, or one line naming the nearest measured ones (or saying that it is not a version)."""
     pins = runtime_order(measured)
     versions = [p.split("==")[1] for p in pins]
     measured = f"{versions[0]} … {versions[-1]}" if len(pins) > 2 else ", ".join(pins) or "nothing"
     text = spec.strip()
-    if text.startswith(("ort-", "ortgpu-", "trt-")):
-        prefix, _, version = text.partition("-")
-        package = {"ort": "onnxruntime", "ortgpu": "onnxruntime-gpu", "trt": "tensorrt"}[prefix]
-        text = f"{package}=={version}"
+    prefix, _, rest = text.partition("-")
+    if "==" not in text and (kind := runtimes.by_prefix(prefix)) is not None:
+        text = f"{kind.package}=={rest}"
     elif "==" not in text:
         text = f"onnxruntime=={text}"
     if text in pins:
@@ -190,6 +189,18 @@ def recommend(
     exporter) neither passes nor fails: it is left out of that option's count and named apart. ``rewrites``
     ((case, exporter, opset asked) → opset written, :func:`harness.published.read_rewrites`) answers a request
     the exporter wrote at another opset with that row: asked for 28, dynamo keeps 18 for an SDPA model."""
+    column = _column(cells, runtime, provider, exporter)
+    by_artifact = group_by(column, "exporter", "opset", "case")
+    combos = sorted({(c.exporter, c.opset) for c in column})
+    options = [_option(by_artifact, exp, opset, cases, loads, rewrites or {}) for exp, opset in combos]
+    options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
+    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
+    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter)
+
+
+def _column(cells: Sequence[CellRecord], runtime: str, provider: str, exporter: str | None) -> list[CellRecord]:
+    """The cells of ``runtime`` × ``provider`` (``exporter``'s only, when given), refusing with one line a column the
+    table lacks or in which no cell ran."""
     column = [c for c in cells if c.runtime == runtime and c.provider == provider]
     if not column:
         providers = sorted({c.provider for c in cells if c.runtime == runtime})
@@ -203,50 +214,50 @@ def recommend(
         column = [c for c in column if c.exporter == exporter]
         if not column:
             raise HarnessError(f"--exporter {exporter}: no cell of it on {runtime} × {provider}; drop --exporter")
-    ran = [c for c in column if c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR)]
-    if not ran:
+    if not any(c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR) for c in column):
         first = column[0]
         raise HarnessError(
             f"{runtime} on {provider}: no cell ran in this table "
             f"({first.status.value}: {first.error_line or first.note or '?'}); "
             "nothing to recommend from it"
         )
-    by_artifact = group_by(column, "exporter", "opset", "case")
-    combos = sorted({(c.exporter, c.opset) for c in column})
-    rewrites = rewrites or {}
-    options = []
-    for exp, opset in combos:
-        failing, skipped, written = [], [], []
-        for case in cases:
-            got = by_artifact.get((exp, opset, case))
-            if not got:
-                got, wrote = _written_row(by_artifact, rewrites, exp, opset, case)
-                if got:
-                    written.append((case, wrote))
-            if not got:
-                failing.append((case, "not measured here"))
-            elif all(c.status is Status.SKIPPED for c in got):
-                skipped.append((case, got[0].error_line or f"does not apply to {exp}"))
-            elif any(c.status not in (Status.PASS, Status.SKIPPED) for c in got):
-                failing.append((case, why(got) + _past_frontier(got, loads)))
-        corpus = {
-            k[2]: v
-            for k, v in by_artifact.items()
-            if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)
-        }
-        for case, e, asked in rewrites:  # the same export, recorded under the opset written
-            if (e, asked) != (exp, opset) or case in corpus:
-                continue
-            got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
+    return column
+
+
+def _option(
+    by_artifact: Mapping[tuple[Any, ...], list[CellRecord]],
+    exp: str,
+    opset: int,
+    cases: Sequence[str],
+    loads: Mapping[str, Any] | None,
+    rewrites: Mapping[tuple[str, str, int], int],
+) -> Option:
+    """One (exporter, opset): the selected cases that fail there and why, those it skips, those answered by the row
+    of the opset the exporter wrote; and the whole corpus's passes there (the tie-break)."""
+    failing, skipped, written = [], [], []
+    for case in cases:
+        got = by_artifact.get((exp, opset, case))
+        if not got:
+            got, wrote = _written_row(by_artifact, rewrites, exp, opset, case)
             if got:
-                corpus[case] = got
-        passing = sum(all(c.status in (Status.PASS, Status.SKIPPED) for c in got) for got in corpus.values())
-        options.append(
-            Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
-        )
-    options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
-    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
-    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter)
+                written.append((case, wrote))
+        if not got:
+            failing.append((case, "not measured here"))
+        elif all(c.status is Status.SKIPPED for c in got):
+            skipped.append((case, got[0].error_line or f"does not apply to {exp}"))
+        elif any(c.status not in (Status.PASS, Status.SKIPPED) for c in got):
+            failing.append((case, why(got) + _past_frontier(got, loads)))
+    corpus = {
+        k[2]: v for k, v in by_artifact.items() if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)
+    }
+    for case, e, asked in rewrites:  # the same export, recorded under the opset written
+        if (e, asked) != (exp, opset) or case in corpus:
+            continue
+        got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
+        if got:
+            corpus[case] = got
+    passing = sum(all(c.status in (Status.PASS, Status.SKIPPED) for c in got) for got in corpus.values())
+    return Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
 
 
 def _written_row(

@@ -26,6 +26,7 @@ Imports numpy, the standard library and :mod:`harness.records` only.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import layout, runtimes
 from harness.onnxfile import strip_weights, write_zeros
 from harness.published import runtime_key
 from harness.records import CellRecord, ExportRecord, Status
@@ -137,12 +139,7 @@ RTOL = __RTOL__
 SCALED = __SCALED__  # a floating output also passes when max|out - ref| <= SCALED * max|ref| (None: element-wise only)
 OUTPUTS = __OUTPUTS__  # per-output overrides of atol, rtol, scaled, by output index
 HERE = Path(__file__).resolve().parent
-PROVIDERS = {
-    "cpu": ("CPUExecutionProvider", {}),
-    "cuda": ("CUDAExecutionProvider", {}),
-    "tensorrt": ("TensorrtExecutionProvider", {"trt_fp16_enable": False}),
-    "tensorrt-fp16": ("TensorrtExecutionProvider", {"trt_fp16_enable": True}),
-}
+PROVIDERS = __PROVIDERS__
 DTYPES = {1: "f4", 2: "u1", 3: "i1", 4: "u2", 5: "i2", 6: "i4", 7: "i8", 9: "?", 10: "f2", 11: "f8", 12: "u4", 13: "u8", 14: "c8",
           15: "c16"}
 
@@ -342,13 +339,36 @@ def _docstring(
         "Failing cells it reproduces (runtimes that share a failure are grouped):",
         "",
     ]
+    lines += _cell_lines(cells, probes)
+    lines += [
+        "",
+        "Reproduce, one fresh environment per runtime pin (exit status 1: the failure reproduced; 0: every probe passes):",
+        "",
+    ]
+    providers_of: dict[str, set[str]] = {}
+    for c in cells:
+        providers_of.setdefault(c.runtime, set()).add(c.provider)
+    for pin in sorted(providers_of, key=runtime_key):  # each runtime reproduced its kind's way (harness.runtimes)
+        kind, given = runtimes.kind(runtimes.package_of(pin)), constraints.get(pin, ())
+        columns = sorted(providers_of[pin])
+        install = " ".join(f'"{r}"' for r in kind.reproduce(pin, columns[0], given)[0])
+        lines.append(f"    pip install {_doc_text(install)}")
+        for column in columns:
+            lines.append(f"    {kind.reproduce(pin, column, given)[1]}{_trt_shapes(cells, pin, column)}")
+    if any(c.status in (Status.CRASH, Status.TIMEOUT) for c in cells):
+        lines += ["", "A crash kills this process (signal, no summary line); a timeout makes it hang."]
+    return "\n".join(lines) + "\n"
+
+
+def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
+    """One line per (runtimes, provider, probes, status, error): runtimes sharing all of it are listed together."""
+    lines: list[str] = []
     order = {p: i for i, p in enumerate(probes)}
     groups: dict[tuple[Any, ...], dict[str, set[str]]] = {}
     for c in cells:
         opt = "" if c.optimizer is None else str(bool(c.optimizer))
         what = (c.provider, c.status.value, c.error_line or "", c.localization or "", opt)
         groups.setdefault(what, {}).setdefault(c.runtime, set()).add(c.probe)
-    # One line per (runtimes, provider, probes, status, error): runtimes sharing all of it are listed together.
     merged: dict[tuple[Any, ...], list[str]] = {}
     for what, by_pin in groups.items():
         for pin, hit in by_pin.items():
@@ -367,29 +387,7 @@ def _docstring(
             )
         elif opt == "False":
             lines.append("    optimizer: fails with graph optimizations disabled too")
-    lines += [
-        "",
-        "Reproduce, one fresh environment per runtime pin (exit status 1: the failure reproduced; 0: every probe passes):",
-        "",
-    ]
-    providers_of: dict[str, set[str]] = {}
-    for c in cells:
-        providers_of.setdefault(c.runtime, set()).add(c.provider)
-    for pin in sorted(providers_of, key=runtime_key):
-        if pin.startswith("tensorrt=="):  # native TensorRT: its own parser and builder, through Polygraphy's CLI
-            reqs = f'"{pin}" polygraphy'
-            lines.append(f"    pip install {_doc_text(reqs)}")
-            for provider in sorted(providers_of[pin]):
-                fp16 = " --fp16" if provider.endswith("-fp16") else ""
-                lines.append(f"    polygraphy run model.onnx --trt{fp16}{_trt_shapes(cells, pin, provider)}")
-            continue
-        reqs = " ".join(f'"{r}"' for r in (pin, *constraints.get(pin, ())))
-        lines.append(f"    pip install {_doc_text(reqs)}")
-        for provider in sorted(providers_of[pin]):
-            lines.append("    python repro.py" + ("" if provider == "cpu" else f" --provider {provider}"))
-    if any(c.status in (Status.CRASH, Status.TIMEOUT) for c in cells):
-        lines += ["", "A crash kills this process (signal, no summary line); a timeout makes it hang."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _trt_shapes(cells: list[CellRecord], pin: str, provider: str) -> str:
@@ -404,6 +402,20 @@ def _trt_shapes(cells: list[CellRecord], pin: str, provider: str) -> str:
     return "".join(parts)
 
 
+def _providers() -> str:
+    """The script's ``--provider`` choices: every column an onnxruntime package runs, with its execution provider
+    and the options its precision sets (:func:`harness.runtimes.reproducer_columns`)."""
+    lines = [f"    {json.dumps(col)}: ({json.dumps(ep)}, {{{_options(opts)}}})," for col, (ep, opts) in _COLUMNS.items()]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+def _options(opts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{json.dumps(k)}: {json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in opts.items())
+
+
+_COLUMNS = runtimes.reproducer_columns("onnxruntime")
+
+
 def render_script(
     rec: ExportRecord,
     probes: list[str],
@@ -415,6 +427,7 @@ def render_script(
     """The repro.py text for one artifact: the one template with its docstring and constants filled in."""
     return (
         _SCRIPT.replace("__DOCSTRING__", _docstring(rec, probes, cells, constraints, weightless))
+        .replace("__PROVIDERS__", _providers())
         .replace("__ARTIFACT__", repr(rec.key.id))
         .replace("__ATOL__", repr(float(rec.atol)))
         .replace("__RTOL__", repr(float(rec.rtol)))
@@ -444,14 +457,12 @@ def _test_sets(rec: ExportRecord, reference: Path, probes: list[str]) -> dict[st
     with np.load(reference, allow_pickle=False) as ref:
         for k, probe in enumerate(probes):
             folder = f"test_data_set_{k}"
-            prefix, out_prefix = f"{probe}/in/", f"{probe}/out/"
-            given = [f[len(prefix) :] for f in ref.files if f.startswith(prefix)]
-            names = given if in_names is None else [n for n in in_names if n in given]  # frozen inputs are not graph inputs
+            given = layout.probe_inputs(ref, probe)
+            names = list(given) if in_names is None else [n for n in in_names if n in given]  # frozen inputs are not graph inputs
             for i, name in enumerate(names):
-                files[f"{folder}/input_{i}.pb"] = encode_tensor(ref[prefix + name], name)
-            outs = sorted((f for f in ref.files if f.startswith(out_prefix)), key=lambda f: int(f[len(out_prefix) :]))
-            for i, key in enumerate(outs):
-                files[f"{folder}/output_{i}.pb"] = encode_tensor(ref[key], out_names[i] if i < len(out_names) else f"out{i}")
+                files[f"{folder}/input_{i}.pb"] = encode_tensor(given[name], name)
+            for i, value in enumerate(layout.probe_outputs(ref, probe)):
+                files[f"{folder}/output_{i}.pb"] = encode_tensor(value, out_names[i] if i < len(out_names) else f"out{i}")
             files[f"{folder}/probe.txt"] = f"{probe}\n".encode()
     return files
 
@@ -578,12 +589,12 @@ def write_repros(
     written: dict[str, str] = {}
     for art_id in sorted(failing):
         rec = records.get(art_id)
-        src = build / "artifacts" / art_id
-        if rec is None or not (src / "model.onnx").is_file():
+        src = layout.artifact_dir(build, art_id)
+        if rec is None or not (src / layout.MODEL).is_file():
             continue
         probes = _probe_order(rec)
         try:
-            files = _test_sets(rec, src / "reference.npz", probes)
+            files = _test_sets(rec, src / layout.REFERENCE, probes)
         except (TypeError, ValueError, OSError, KeyError):
             continue
         ordered = [failing[art_id][k] for k in sorted(failing[art_id])]

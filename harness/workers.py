@@ -157,6 +157,9 @@ def run_tasks(
 ) -> Iterator[Outcome]:
     """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they come.
 
+    (Over 60 lines, on purpose: the pool's one event loop, which hands out tasks, waits on pipes, sentinels and
+    deadlines together, and replaces a dead worker, reads best in one piece.)
+
     ``ref`` may be a generator function: each item it yields is an ``item``
     outcome at once, then ``ok`` ends the task. A crash or hang after some
     items is still one ``crash``/``timeout`` outcome; the items before it stand.

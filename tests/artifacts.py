@@ -28,7 +28,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from harness.export import MANIFEST, graph_stats, sha256, write_json
+from harness.cache import sha256_file as sha256
+from harness.cache import write_json
+from harness.exporter import graph_stats
+from harness.layout import MANIFEST
 from harness.records import ArtifactKey, ExportRecord
 
 IR_VERSION = 8

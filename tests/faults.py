@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from harness.records import ExportRecord, Stage
-
-
-def init_worker() -> None:
-    """As the onnxruntime backend's: these tasks run in the same kind of worker."""
-    from harness.backends.onnxruntime import init_worker as init
-
-    init()
+from harness.backends.onnxruntime import OnnxRuntime
 
 
 def act(task: str) -> int:
@@ -59,15 +51,24 @@ def report_pid(path: str) -> None:
     time.sleep(600)
 
 
-def cells_then_die(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A backend that streams a pass for every probe of its artifact, then dies on its way out (as a
-    provider's teardown can)."""
-    rec = ExportRecord.from_dict(json.loads((Path(task["dir"]) / "export.json").read_text()))
-    yield {"event": "loaded"}
-    base = rec.cell(task["runtime"], task["provider"], task["env"], stage=Stage.COMPARE)
-    for cell in rec.each_probe(base, task["probes"]):
-        yield {"cell": cell.to_dict()}
-    os.kill(os.getpid(), signal.SIGSEGV)
+class DiesOnItsWayOut(OnnxRuntime):
+    """The onnxruntime backend, whose sessions kill their worker when they are let go, after the last probe
+    (as a provider's teardown can)."""
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        return _Dying(super().load(*args, **kwargs))
+
+
+class _Dying:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    def __del__(self) -> None:
+        print("dying on the way out", file=sys.stderr, flush=True)  # the worker's log: the test checks it happened
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def phases(plan: str) -> Iterator[dict[str, Any]]:

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from harness.backends.onnxruntime import error_line, placement, time_runs
+from harness.backends.base import time_runs
+from harness.backends.onnxruntime import placement
+from harness.records import error_line
 
 IR = (
     "[ONNXRuntimeError] : 1 : FAIL : Load model from /tmp/x/build/artifacts/a.dynamo.op18/model.onnx failed:"
@@ -64,14 +66,16 @@ LATENCY = {"warmup": 2, "min_runs": 10, "max_runs": 60, "budget_seconds": 30.0}
 
 def test_timing_stops_when_two_windows_agree(tmp_path: Path) -> None:
     sess, feeds = _add_one_session(tmp_path)
-    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 10.0})  # any two windows agree within 1000%
+    call = lambda: sess.run(None, feeds)  # noqa: E731
+    sample, runs, stable, warm = time_runs(call, {**LATENCY, "stability": 10.0})  # any two windows agree within 1000%
     assert stable and runs == len(sample) == 2 * LATENCY["min_runs"]
     assert warm == LATENCY["warmup"]
 
 
 def test_timing_stops_at_the_cap_when_the_median_never_settles(tmp_path: Path) -> None:
     sess, feeds = _add_one_session(tmp_path)
-    sample, runs, stable, _ = time_runs(sess, feeds, {**LATENCY, "stability": 0.0})  # never "within 0%" unless exactly equal
+    call = lambda: sess.run(None, feeds)  # noqa: E731
+    sample, runs, stable, _ = time_runs(call, {**LATENCY, "stability": 0.0})  # never "within 0%" unless exactly equal
     assert runs <= LATENCY["max_runs"] and runs % LATENCY["min_runs"] == 0
     assert stable or runs == LATENCY["max_runs"]  # stable only on an exact tie of two medians
     assert len(sample) == 2 * LATENCY["min_runs"]  # the figures come from the last two windows
@@ -82,7 +86,7 @@ def test_the_budget_wins_over_the_window_for_a_slow_model(tmp_path: Path) -> Non
     warmup + 2 windows of them: one warm-up run and MIN_TIMED timed runs, even inside a window."""
     import onnxruntime
 
-    from harness.backends.onnxruntime import MIN_TIMED
+    from harness.backends.base import MIN_TIMED
 
     x = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
     node = onnx.helper.make_node("MatMul", ["a", "b"], ["y"])
@@ -101,9 +105,9 @@ def test_the_budget_wins_over_the_window_for_a_slow_model(tmp_path: Path) -> Non
     sess = onnxruntime.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
     feeds = {"a": x, "b": x / 20}
     budget = 0.05  # far less than one window of 10 runs of this model (~30 MatMuls of 384x384: ~0.1 s a run)
-    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": budget})
+    sample, runs, stable, warm = time_runs(lambda: sess.run(None, feeds), {**LATENCY, "stability": 0.0, "budget_seconds": budget})
     assert (runs, len(sample), stable, warm) == (MIN_TIMED, MIN_TIMED, False, 1)
-    sample, runs, stable, warm = time_runs(sess, feeds, {**LATENCY, "stability": 0.0, "budget_seconds": 0.0})
+    sample, runs, stable, warm = time_runs(lambda: sess.run(None, feeds), {**LATENCY, "stability": 0.0, "budget_seconds": 0.0})
     assert (runs, warm) == (MIN_TIMED, 1)  # no budget at all still gives a median of MIN_TIMED runs
 
 

@@ -16,11 +16,14 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import cache, corpus, plan, shards
-from harness.export import STAMP, STORE, export_all
+from harness import cache, corpus, layout, plan
+from harness.export import export_all
+from harness.layout import EXPORT_STAMP as STAMP
+from harness.layout import STORE, load_artifacts, read_shard, shard_path, stamp_path
 from harness.matrix import Profile, load
 from harness.records import Status
-from harness.run import load_artifacts, read_shard, run_runtime, shard_path, stamp_path
+from harness.run import run_runtime
+from harness.source import case_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
@@ -54,7 +57,7 @@ for name, cls in (("double", Double), ("shift", Shift), ("negate", Negate)):
 
 def _digests(sources: list[str], root: Path) -> dict[str, str]:
     registry = corpus.load(sources, root)
-    return {c.name: cache.case_digest(c) for c in registry}
+    return {c.name: case_digest(c) for c in registry}
 
 
 def test_a_case_digest_is_the_same_in_a_fresh_process() -> None:
@@ -239,16 +242,19 @@ def test_rerun_reuses_everything_and_a_change_redoes_only_its_own_case(tmp_path:
 
 def test_export_keys_change_with_what_the_export_depends_on() -> None:
     settings = {"atol": 1e-4, "versions": {"torch": "2.13.0"}}
-    base = cache.export_key("src", "a.torchscript.op18", "torchscript", 18, settings)
-    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, dict(settings)) == base
-    assert cache.export_key("src2", "a.torchscript.op18", "torchscript", 18, settings) != base
-    assert cache.export_key("src", "a.dynamo.op18", "dynamo", 18, settings) != base
-    assert cache.export_key("src", "a.torchscript.op17", "torchscript", 17, settings) != base
-    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, {**settings, "versions": {"torch": "2.14.0"}}) != base
-    cell = cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 120})
-    assert cache.cell_key("digest", ["onnxruntime==1.31.1"], "cpu", "example", {"timeout": 120}) != cell
-    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "batch3", {"timeout": 120}) != cell
-    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 60}) != cell
+    base = cache.export_key("src", "a.torchscript.op18", "torchscript", 18, settings, "code")
+    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, dict(settings), "code") == base
+    assert cache.export_key("src2", "a.torchscript.op18", "torchscript", 18, settings, "code") != base
+    assert cache.export_key("src", "a.dynamo.op18", "dynamo", 18, settings, "code") != base
+    assert cache.export_key("src", "a.torchscript.op17", "torchscript", 17, settings, "code") != base
+    newer = {**settings, "versions": {"torch": "2.14.0"}}
+    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, newer, "code") != base
+    assert cache.export_key("src", "a.torchscript.op18", "torchscript", 18, settings, "other code") != base
+    cell = cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 120}, "code")
+    assert cache.cell_key("digest", ["onnxruntime==1.31.1"], "cpu", "example", {"timeout": 120}, "code") != cell
+    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "batch3", {"timeout": 120}, "code") != cell
+    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 60}, "code") != cell
+    assert cache.cell_key("digest", ["onnxruntime==1.32.0"], "cpu", "example", {"timeout": 120}, "other code") != cell
 
 
 def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
@@ -258,7 +264,7 @@ def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
     assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: not run to the end yet"
     _run(out, latency=False)  # a shard without its timings is whole (sealed), but not up to date
     assert _plan(out, user_corpus).runs[NEWEST.id] == "cpu: its last run skipped the latency phase (--no-latency)"
-    assert shards.problem(shard_path(out, NEWEST, "cpu"), NEWEST.pin, "cpu", load_artifacts(out)) is None
+    assert layout.problem(shard_path(out, NEWEST, "cpu"), NEWEST.pin, "cpu", load_artifacts(out)) is None
     _run(out)
     assert _plan(out, user_corpus).runs[NEWEST.id] is None
     stamp = json.loads((out / STAMP).read_text())
@@ -270,16 +276,16 @@ def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
 def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure(
     tmp_path: Path, user_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness import run as run_mod
+    from harness import envprobe
 
     calls: list[str] = []
-    real = run_mod.probe_environment
+    real = envprobe.probe_environment
 
-    def counting(module: str = run_mod.BACKENDS["onnxruntime"]) -> tuple[dict[str, str] | None, str, str | None]:
+    def counting(backend: str) -> tuple[dict[str, str] | None, str, str | None]:
         calls.append("probe")
-        return real(module)
+        return real(backend)
 
-    monkeypatch.setattr(run_mod, "probe_environment", counting)
+    monkeypatch.setattr(envprobe, "probe_environment", counting)
     out = tmp_path / "build"
     _export(out, user_corpus)
     _run(out)
@@ -288,11 +294,11 @@ def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure
     _run(out, force=True)
     assert calls == ["probe", "probe"]  # --force asks again
 
-    def broken(module: str) -> tuple[None, str, None]:
+    def broken(backend: str) -> tuple[None, str, None]:
         calls.append("broken")
         return None, "onnxruntime fails", None
 
-    monkeypatch.setattr(run_mod, "probe_environment", broken)
+    monkeypatch.setattr(envprobe, "probe_environment", broken)
     for old in (out / "cache" / "envs").iterdir():
         old.unlink()
     assert any("env-error" in line for line in _run(out))

@@ -69,8 +69,8 @@ def test_a_tolerance_that_is_not_a_number_is_refused(fields: dict, pattern: str)
 
 
 def test_the_export_requirements_merge_matrix_toml_the_command_line_and_the_corpus_files(tmp_path: Path) -> None:
-    from harness.export import requirements_of
     from harness.matrix import load
+    from harness.stamps import requirements_of
 
     text = (ROOT / "matrix.toml").read_text().replace(
         'onnxruntime = "1.32.0"\n', 'onnxruntime = "1.32.0"\nrequirements = ["timm==1.0.20"]\n', 1

@@ -93,7 +93,7 @@ def test_models_of_other_code_are_written_again_and_a_failed_measurement_has_the
     good = frontier.measure(mine, "onnxruntime==y")
     assert set(good) - set(broken) == {"seconds"} and (broken["irs"], broken["opsets"]) == (good["irs"], good["opsets"])
     assert frontier.describe(broken) == "loads none of the frontier models (ImportError: no onnxruntime)"
-    from harness.report import _frontier_lines  # the README section, led by a runtime that could not measure
+    from harness.markdown import _frontier_lines  # the README section, led by a runtime that could not measure
 
     text = "\n".join(_frontier_lines({"onnxruntime==x": broken, "onnxruntime==y": good}, ["onnxruntime==x"], []))
     assert f"IR version {good['irs'][0]}–{good['irs'][-1]}" in text and "| onnxruntime==x | none" in text

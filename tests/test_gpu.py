@@ -25,14 +25,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import cache, shards
+from harness import cache, layout, runtimes
 from harness.backends import tensorrt as trt_backend
 from harness.backends.gpu import nvidia_driver_problem
+from harness.envprobe import wrong_environment
 from harness.errors import HarnessError
-from harness.matrix import PACKAGE_PROVIDERS, load
+from harness.layout import read_shard, shard_path, stamp_path
+from harness.matrix import load
 from harness.nightly import gather
 from harness.records import CellRecord, Status
-from harness.run import _wrong_environment, read_shard, run_runtime, shard_path, stamp_path
+from harness.run import run_runtime
 from tests.artifacts import fault_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +74,14 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
         "onnxruntime-gpu": ("cpu", "cuda", "tensorrt", "tensorrt-fp16"),
         "tensorrt": ("tensorrt", "tensorrt-fp16"),
     }
-    assert MATRIX.options("tensorrt-fp16")["trt_fp16_enable"] is True
-    assert MATRIX.options("tensorrt")["trt_fp16_enable"] is False
-    assert MATRIX.options("tensorrt", native=True) == {"workspace_mib": 4096}
-    assert "cudnn_conv_algo_search" in MATRIX.options("cuda")
+    ep = runtimes.kind("onnxruntime-gpu")
+    assert MATRIX.options("tensorrt-fp16", ep)["trt_fp16_enable"] is True
+    assert MATRIX.options("tensorrt", ep)["trt_fp16_enable"] is False
+    assert MATRIX.options("tensorrt", TRT.kind) == {"workspace_mib": 4096}  # native TensorRT: [providers.tensorrt] native
+    assert "cudnn_conv_algo_search" in MATRIX.options("cuda", ep)
+    assert MATRIX.options("cpu", ep) == {}
     assert MATRIX.profile("default").shards() == [(rt, "cpu") for rt in MATRIX.profile("default").runtimes]
-    assert set(PACKAGE_PROVIDERS) == {rt.package for rt in MATRIX.runtimes}
+    assert set(runtimes.packages()) == {rt.package for rt in MATRIX.runtimes}  # every kind of the registry is declared
 
 
 @pytest.mark.parametrize(
@@ -163,18 +167,18 @@ def test_run_refuses_a_column_the_runtime_does_not_run(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 2
-    want = f"harness: error: --provider 'cuda' is not a column {TRT.pin} runs; use tensorrt (tensorrt-fp16 for fp16)\n"
+    want = f"harness: error: --provider 'cuda' is not a column {TRT.pin} runs; use tensorrt, tensorrt-fp16\n"
     assert proc.stderr == want
 
 
 def test_an_environment_that_is_not_the_runtimes_is_an_env_error() -> None:
     gpu = MATRIX.runtime("onnxruntime-gpu==1.31.1")
-    assert _wrong_environment({"onnxruntime": "1.31.1", "package": "onnxruntime-gpu"}, gpu) is None
-    assert _wrong_environment({"onnxruntime": "1.31.1", "package": "onnxruntime"}, gpu) == (
+    assert wrong_environment({"onnxruntime": "1.31.1", "package": "onnxruntime-gpu"}, gpu) is None
+    assert wrong_environment({"onnxruntime": "1.31.1", "package": "onnxruntime"}, gpu) == (
         "environment has onnxruntime 1.31.1, expected onnxruntime-gpu; reinstall the session"
     )
-    assert _wrong_environment({"tensorrt": ""}, TRT) is None  # nothing installed: its columns say why
-    assert _wrong_environment({"tensorrt": "10.0.1"}, TRT) == f"environment has tensorrt 10.0.1, expected {TRT.version}"
+    assert wrong_environment({"tensorrt": ""}, TRT) is None  # nothing installed: its columns say why
+    assert wrong_environment({"tensorrt": "10.0.1"}, TRT) == f"environment has tensorrt 10.0.1, expected {TRT.version}"
 
 
 # ---- native TensorRT on a machine without a GPU ----
@@ -200,7 +204,7 @@ def test_native_tensorrt_columns_are_unavailable_with_the_reason_never_a_pass(tm
         assert [x.status for x in read_shard(shard_path(out, TRT, c.provider)).values()] == [Status.UNAVAILABLE]
         # Sealed (the report may publish the column), but checked again next time: a driver can appear.
         assert json.loads(stamp_path(out, TRT, c.provider).read_text())["redo"] == "unavailable here: checked again every run"
-    assert trt_backend.provider_problem("cuda") == "native TensorRT runs the tensorrt columns only, not 'cuda'"
+    assert trt_backend.TensorRT().problem("cuda") == "native TensorRT runs the tensorrt columns only, not 'cuda'"
 
 
 def test_the_optimization_profile_spans_every_probe(tmp_path: Path) -> None:
@@ -272,8 +276,9 @@ def test_shape_tensor_inputs_get_a_profile_of_their_values(tmp_path: Path) -> No
 
 def test_gpu_columns_share_the_gpu_between_fewer_workers() -> None:
     run = MATRIX.run
-    assert run.workers_for("cpu") == run.worker_count
-    assert run.workers_for("tensorrt-fp16") == min(run.worker_count, run.gpu_workers) >= 1
+    assert run.workers_for(runtimes.provider("cpu")) == run.worker_count
+    assert run.workers_for(runtimes.provider("tensorrt-fp16")) == min(run.worker_count, run.gpu_workers) >= 1
+    assert run.workers_for(runtimes.provider("cuda")) == min(run.worker_count, run.gpu_workers)
 
 
 def test_the_tensorrt_provider_caches_engines_per_artifact_and_session(tmp_path: Path) -> None:
@@ -282,14 +287,15 @@ def test_the_tensorrt_provider_caches_engines_per_artifact_and_session(tmp_path:
     session another), and no timing cache is shared between workers."""
     from harness.backends.onnxruntime import session_providers
 
-    options = {**MATRIX.options("tensorrt-fp16"), "engine_cache": str(tmp_path / "trt")}
+    gpu = runtimes.kind("onnxruntime-gpu")
+    options = {**MATRIX.options("tensorrt-fp16", gpu), "engine_cache": str(tmp_path / "trt")}
     (ep, opts), cuda = session_providers("tensorrt-fp16", options, "add_one.torchscript.op17/unoptimized")
     assert ep == "TensorrtExecutionProvider" and cuda == ("CUDAExecutionProvider", {"device_id": 0})
     assert opts["trt_engine_cache_path"] == str(tmp_path / "trt" / "add_one.torchscript.op17" / "unoptimized")
     assert Path(opts["trt_engine_cache_path"]).is_dir()
     assert opts["trt_fp16_enable"] is True and opts["trt_engine_cache_enable"] is True
     assert not any(k.startswith("trt_timing_cache") for k in opts) and "engine_cache" not in opts
-    assert session_providers("cuda", MATRIX.options("cuda"))[0][1]["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    assert session_providers("cuda", MATRIX.options("cuda", gpu))[0][1]["cudnn_conv_algo_search"] == "EXHAUSTIVE"
     assert session_providers("cpu") == ["CPUExecutionProvider"]
 
 
@@ -391,7 +397,7 @@ def _cells(path: Path) -> list[dict[str, Any]]:
 def _write(path: Path, cells: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(cache.seal({k: v for k, v in c.items() if k != "checksum"}) + "\n" for c in cells))
-    shards.seal(path, {})  # as a run job that ended writes it: the gather judges what it holds
+    layout.seal(path, {})  # as a run job that ended writes it: the gather judges what it holds
 
 
 def test_gather_refuses_a_shard_that_ran_other_artifacts(ran: Path, tmp_path: Path) -> None:
@@ -422,7 +428,7 @@ def test_gather_refuses_damaged_stray_and_conflicting_shards(ran: Path, tmp_path
     lines[0] = lines[0].replace('"status": "pass"', '"status": "mismatch"').replace('"status":"pass"', '"status":"mismatch"')
     assert lines[0] != shard_path(ran, NEWEST, "cpu").read_text().splitlines()[0]
     damaged.write_text("\n".join(lines) + "\n")
-    shards.seal(damaged, {})
+    layout.seal(damaged, {})
     with pytest.raises(HarnessError, match=rf"^gather: {damaged}: 1 line\(s\) are cut short or fail their checksum; upload or"):
         gather(out, _profile(), [damaged], echo=lambda _: None)
 
@@ -510,7 +516,7 @@ def test_page_columns_tell_the_packages_apart_and_reproduce_each_its_own_way(tmp
     """onnxruntime 1.31.1's CPU column and onnxruntime-gpu 1.31.1's are two columns with two labels; a GPU
     column's reproducer names its provider, a native TensorRT column's runs Polygraphy's TensorRT runner."""
     from harness import page
-    from harness.run import load_artifacts
+    from harness.layout import load_artifacts
 
     out = tmp_path / "build"
     fault_corpus(out, only=["add_one"])

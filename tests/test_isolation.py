@@ -20,12 +20,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from harness import cache
-from harness.export import sha256
+from harness import cache, dispatch, stamps
+from harness.backends.base import CellTask
+from harness.cache import sha256_file as sha256
+from harness.layout import load_artifacts, read_shard, shard_path
 from harness.localize import save_intermediates
 from harness.matrix import Matrix, load
 from harness.records import CellRecord, ExportRecord, Stage, Status
-from harness.run import _correctness, _reusable, load_artifacts, read_shard, run_runtime, shard_path
+from harness.run import reusable, run_runtime
 from tests.artifacts import div_folded, fault_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,45 +179,35 @@ def test_a_fault_while_localizing_costs_only_the_localization(tmp_path: Path) ->
 
 
 def test_a_worker_that_dies_after_its_last_cell_costs_nothing(tmp_path: Path) -> None:
-    """Every cell is in when the worker dies on its way out: the cells stand, nothing is charged."""
+    """Every cell is in when the worker dies on its way out (the real backend, whose session kills the worker
+    when it is let go: tests.faults.DiesOnItsWayOut): the cells stand, nothing is charged."""
     matrix = _matrix(tmp_path)
     out = tmp_path / "build"
-    fault_corpus(out, only=["add_one", "div_int_min"])
+    fault_corpus(out, only=["add_one"])
     records = {r.key.id: r for r in load_artifacts(out)}
-    tasks = [
-        {
-            "dir": str(out / "artifacts" / art),
-            "provider": "cpu",
-            "runtime": "onnxruntime==1.32.0",
-            "env": {},
-            "probes": list(r.probes),
-        }
-        for art, r in records.items()
-    ]
-    cells = list(_correctness(matrix, tasks, records, tmp_path / "log", backend="tests.faults", entry="cells_then_die"))
-    assert sorted((c.case, c.probe) for c in cells) == [
-        ("add_one", "example"),
-        ("add_one", "second"),
-        ("div_int_min", "after"),
-        ("div_int_min", "boom"),
-        ("div_int_min", "example"),
-    ]
+    backend = "tests.faults:DiesOnItsWayOut"
+    pin = "onnxruntime==1.32.0"
+    tasks = [CellTask(str(out / "artifacts" / a), pin, "cpu", backend, {}, {}, r.probes, {}) for a, r in records.items()]
+    log = tmp_path / "log"
+    cells = list(dispatch.correctness(tasks, records, workers=1, timeout=matrix.run.timeout, log=log, stats=dispatch.Stats()))
+    assert sorted((c.case, c.probe) for c in cells) == [("add_one", "example"), ("add_one", "second")]
     assert {c.status for c in cells} == {Status.PASS}
+    assert "dying on the way out" in log.read_text()  # it did die, after its last cell
 
 
 def _mismatch(**changes: object) -> tuple[CellRecord, str]:
     rec = ExportRecord("c", "dynamo", 18, ok=True, seconds=0, probes=("example",), sha256="m", reference_sha256="r")
-    key = cache.cell_key(rec.digest, ["onnxruntime==1.32.0"], "cpu", "example", {})
+    key = cache.cell_key(rec.digest, ["onnxruntime==1.32.0"], "cpu", "example", {}, cache.code_digest(stamps.RUN_CODE))
     cell = rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=Status.MISMATCH, stage=Stage.COMPARE, cache_key=key)
     return cell.replace(**changes), key
 
 
 def test_resume_redoes_a_mismatch_whose_localization_a_killed_run_left_undone() -> None:
     done, key = _mismatch(localization="starts at node /Max (Max)", optimizer=False)
-    assert _reusable(done, key)
-    assert not _reusable(done.replace(optimizer=None), key)  # streamed, then the run was killed while localizing
-    assert not _reusable(done.replace(note="localizing this mismatch was cut short: no result after 3 s"), key)
-    assert not _reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), key)  # a harness bug, since fixed
-    assert not _reusable(done.replace(cache_key="another key"), key)  # another artifact, runtime or setting
-    assert _reusable(done.replace(status=Status.CRASH, error_class="Crash"), key)  # a real fault of this artifact stands
-    assert not _reusable(done.replace(status=Status.TIMEOUT, error_class="Timeout"), key)  # maybe the machine's load
+    assert reusable(done, key)
+    assert not reusable(done.replace(optimizer=None), key)  # streamed, then the run was killed while localizing
+    assert not reusable(done.replace(note="localizing this mismatch was cut short: no result after 3 s"), key)
+    assert not reusable(done.replace(status=Status.CRASH, error_class="HarnessError"), key)  # a harness bug, since fixed
+    assert not reusable(done.replace(cache_key="another key"), key)  # another artifact, runtime or setting
+    assert reusable(done.replace(status=Status.CRASH, error_class="Crash"), key)  # a real fault of this artifact stands
+    assert not reusable(done.replace(status=Status.TIMEOUT, error_class="Timeout"), key)  # maybe the machine's load

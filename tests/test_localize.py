@@ -20,6 +20,7 @@ import torch
 from onnx import TensorProto, helper
 
 from harness import corpus, localize
+from harness import reference as export_side
 
 ROOT = Path(__file__).resolve().parent.parent
 ATOL, RTOL = 1e-4, 1e-3
@@ -139,7 +140,7 @@ def test_debug_model_exposes_every_node_output(exporter: str, tmp_path: Path) ->
     x = torch.randn(2, 3, 8, 8)
     _export(model, {"x": x}, exporter, tmp_path / "model.onnx")
     plain = onnx.load(str(tmp_path / "model.onnx"))
-    debug, nodes = localize.debug_model(plain)
+    debug, nodes = export_side.debug_model(plain)
 
     # The original is untouched, the copy keeps its IR version, opsets and outputs (first, in order).
     assert len(plain.graph.output) == 3
@@ -186,7 +187,7 @@ def test_debug_model_names_types_and_skips() -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
-    debug, listed = localize.debug_model(model)
+    debug, listed = export_side.debug_model(model)
 
     assert [n["name"] for n in listed] == ["#0", "drop", "gelu", "to_bf16", "back", "neg"]
     assert listed[2]["op"] == "com.microsoft::Gelu"
@@ -200,7 +201,7 @@ def test_debug_model_names_types_and_skips() -> None:
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     got = localize.run_values(sess, {"x": x})
     np.testing.assert_array_equal(got["a"], np.maximum(x, 0))
-    assert localize.debug_model(model, exclude=["a"])[0].graph.output[1].name == "b"
+    assert export_side.debug_model(model, exclude=["a"])[0].graph.output[1].name == "b"
 
 
 def test_debug_model_leaves_functions_and_subgraphs_closed() -> None:
@@ -226,7 +227,7 @@ def test_debug_model_leaves_functions_and_subgraphs_closed() -> None:
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid("custom", 1)]
     model = helper.make_model(graph, opset_imports=opsets, functions=[add_relu])
     model.ir_version = 8
-    debug, listed = localize.debug_model(model)
+    debug, listed = export_side.debug_model(model)
     assert [(n["name"], n["op"]) for n in listed] == [("call", "custom::AddRelu"), ("neg", "Neg"), ("branch", "If")]
     assert [o.name for o in debug.graph.output] == ["w", "y", "z"]
     got = localize.run_values(_session(debug.SerializeToString()), {"x": np.array([1, -2], np.float32), "cond": np.array(False)})
@@ -270,7 +271,7 @@ def _tiny(tmp_path: Path, op: str = "Relu") -> Path:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    debug, _ = localize.debug_model(model)
+    debug, _ = export_side.debug_model(model)
     path = tmp_path / f"{op}.debug.onnx"
     onnx.save(debug, str(path))
     return path
@@ -280,14 +281,14 @@ def test_run_reference_writes_every_probe_it_can_run(tmp_path: Path) -> None:
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     feeds = {"example": {"x": x, "unused": x}, "wrong_shape": {"x": np.ones((3, 3), dtype=np.float32)}}
     out = tmp_path / "intermediates.npz"
-    assert localize.run_reference(_tiny(tmp_path), feeds, out, timeout=60) is None
+    assert export_side.run_reference(_tiny(tmp_path), feeds, out, timeout=60) is None
     values = localize.load_intermediates(out, "example")
     assert list(values) == ["y", "a"]
     np.testing.assert_array_equal(values["a"], np.maximum(x, 0))
     np.testing.assert_array_equal(values["y"], -np.maximum(x, 0))
     assert localize.load_intermediates(out, "wrong_shape") == {}  # the reference cannot run it: no values, no failure
     # A model the reference refuses: one line, no file.
-    problem = localize.run_reference(_tiny(tmp_path, "NoSuchOp"), feeds, tmp_path / "none.npz", timeout=60)
+    problem = export_side.run_reference(_tiny(tmp_path, "NoSuchOp"), feeds, tmp_path / "none.npz", timeout=60)
     assert problem is not None and problem.startswith("cannot load the debug model: ") and "NoSuchOp" in problem
     assert not (tmp_path / "none.npz").exists()
 
@@ -385,14 +386,14 @@ def test_localize_cell_names_the_planted_node(exporter: str, tmp_path: Path) -> 
     program = _export(model, probes["example"], exporter, tmp_path / "model.onnx")
     _write_reference(tmp_path, probes, model)
 
-    info = localize.prepare(
+    info = export_side.prepare(
         tmp_path, probes, atol=ATOL, rtol=RTOL, exported_program=program.exported_program if program else None
     )
     assert info["error"] is None and info["exposed"] > 3
     assert info["probes"] == {"example": {"reference": "ok"}, "other": {"reference": "ok"}}  # no torch side needed
     assert json.loads((tmp_path / localize.LOCALIZATION).read_text())["probes"] == info["probes"]
     nodes = json.loads((tmp_path / localize.NODES).read_text())
-    assert nodes == localize.debug_model(onnx.load(str(tmp_path / "model.onnx")))[1]
+    assert nodes == export_side.debug_model(onnx.load(str(tmp_path / "model.onnx")))[1]
     assert (
         {"out0", "out1", "out2", *(o for n in nodes for o in n["outputs"])}
         >= set(localize.load_intermediates(tmp_path / localize.INTERMEDIATES, "other"))
@@ -406,7 +407,7 @@ def test_localize_cell_names_the_planted_node(exporter: str, tmp_path: Path) -> 
     assert "runtime" not in localize.localize_cell(onnxruntime, tmp_path, "other", feeds, atol=ATOL, rtol=RTOL)
 
     # A "runtime" that computes the Relu differently: the first divergence is the Relu, not what follows.
-    changed, _ = localize.debug_model(_lower_relu(onnx.load(str(tmp_path / "model.onnx"))))
+    changed, _ = export_side.debug_model(_lower_relu(onnx.load(str(tmp_path / "model.onnx"))))
     onnx.save(changed, str(tmp_path / localize.DEBUG_MODEL))
     loc = localize.localize_cell(onnxruntime, tmp_path, "other", feeds, atol=ATOL, rtol=RTOL)
     assert set(loc) == {"runtime"}
@@ -430,7 +431,7 @@ def attention(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.Model
     dynamic = ({0: torch.export.Dim.DYNAMIC}, None)
     program = _export(_seeded(MaskedAttention()), {"x": x, "mask": mask}, "dynamo", path, dynamic=dynamic)
     plain = onnx.load(str(path))
-    debug, _ = localize.debug_model(plain)
+    debug, _ = export_side.debug_model(plain)
     return program, plain, _session(debug.SerializeToString())
 
 
@@ -439,15 +440,14 @@ def test_fx_names_are_onnx_value_names(attention: tuple[Any, onnx.ModelProto, An
     program, plain, sess = attention
     x, mask = torch.randn(3, 1, 4, 8), torch.ones(4, 4, dtype=torch.bool)
     reference = localize.run_values(sess, _feeds(sess, (x, mask)))
-    aliases = localize.fx_aliases(plain)
+    aliases = export_side.fx_aliases(plain)
     assert aliases == {"view": "out0"}  # output_names renamed the FX output 'view'; the metadata remembers
-    values = localize.torch_values(program.exported_program, (x, mask), aliases)
+    values = export_side.torch_values(program.exported_program, (x, mask), aliases)
     shared = [n for n in values if n in reference]
     # FX order; values the optimizer folded away (the constant 2) have no ONNX namesake.
     assert shared == ["linear", "scaled_dot_product_attention", "relu", "mul_6", "out0"]
-    assert (
-        localize.torch_divergence(program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL, aliases=aliases) is None
-    )
+    found = export_side.torch_divergence(program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL, aliases=aliases)
+    assert found is None
 
 
 def test_torch_divergence_matches_renamed_outputs_by_position(attention: tuple[Any, onnx.ModelProto, Any]) -> None:
@@ -457,7 +457,7 @@ def test_torch_divergence_matches_renamed_outputs_by_position(attention: tuple[A
     reference = localize.run_values(sess, _feeds(sess, (x, mask)))
     assert next(iter(reference)) == "out0"
     reference["out0"] = reference["out0"] + 1  # only the final view differs
-    found = localize.torch_divergence(program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL)
+    found = export_side.torch_divergence(program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL)
     assert found is not None and (found["value"], found["fx"], found["target"]) == ("out0", "view", "aten.view.default")
     assert localize.describe_torch(found).startswith("the graph differs from torch from FX value view (out0) = aten.view.default")
 
@@ -467,8 +467,8 @@ def test_torch_divergence_names_the_first_differing_value(attention: tuple[Any, 
     x, mask = torch.randn(2, 1, 4, 8), torch.ones(4, 4, dtype=torch.bool)
     mask[1] = False  # query row 1 attends to nothing: torch gives zeros, the graph a uniform average
     reference = localize.run_values(sess, _feeds(sess, (x, mask)))
-    found = localize.torch_divergence(
-        program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL, aliases=localize.fx_aliases(plain)
+    found = export_side.torch_divergence(
+        program.exported_program, (x, mask), reference, atol=ATOL, rtol=RTOL, aliases=export_side.fx_aliases(plain)
     )
     assert found is not None
     assert found["value"] == "scaled_dot_product_attention"  # not linear before it, not relu/mul/view after it
@@ -481,10 +481,10 @@ def test_torch_divergence_reports_a_failed_guard(attention: tuple[Any, onnx.Mode
     x, mask = torch.randn(2, 1, 4, 8), torch.ones(4, 4, dtype=torch.bool)
     reference = localize.run_values(sess, _feeds(sess, (x, mask)))
     wide = torch.randn(2, 3, 4, 8)  # dim 1 was not declared dynamic: the export specialized it to 1
-    found = localize.torch_divergence(program.exported_program, (wide, mask), reference, atol=ATOL, rtol=RTOL)
+    found = export_side.torch_divergence(program.exported_program, (wide, mask), reference, atol=ATOL, rtol=RTOL)
     assert found == {"guard": "Guard failed: x.size()[1] == 1"}
-    with pytest.raises(localize.GuardFailure):
-        localize.torch_values(program.exported_program, (wide, mask))
+    with pytest.raises(export_side.GuardFailure):
+        export_side.torch_values(program.exported_program, (wide, mask))
     line = localize.describe_localization({"graph": "8/8 elements differ", "torch": found})
     assert line == "the probe breaks the export's guards: Guard failed: x.size()[1] == 1"
 
@@ -506,7 +506,7 @@ def _corpus_artifact(name: str, art: Path) -> tuple[corpus.Case, dict[str, Any]]
     _write_reference(art, probes, model)
     # The tolerance as the export stage hands it on (ExportRecord.tolerance): per-output settings included.
     tolerance = {"atol": ATOL, "rtol": RTOL, "scaled": 1e-5, "outputs": {}}
-    return case, localize.prepare(art, probes, **tolerance, exported_program=program.exported_program)
+    return case, export_side.prepare(art, probes, **tolerance, exported_program=program.exported_program)
 
 
 def test_prepare_localizes_nan_chain_to_the_division(tmp_path: Path) -> None:

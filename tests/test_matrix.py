@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import runtimes
 from harness.errors import HarnessError
-from harness.matrix import EXPORTER_OPSETS, KNOWN_RELEASES, load, version_tuple
+from harness.matrix import EXPORTER_OPSETS, load, version_tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,12 +60,12 @@ def test_the_committed_matrix_loads_and_meets_the_profile_rules() -> None:
     # default: the newest patch of every minor from 1.15 to the newest
     full = {version_tuple(rt.version)[:2]: rt.version for rt in default.runtimes}
     newest_patch: dict[tuple[int, ...], str] = {}
-    for v in KNOWN_RELEASES["onnxruntime"]:
+    for v in runtimes.kind("onnxruntime").releases:
         newest_patch[version_tuple(v)[:2]] = max(newest_patch.get(version_tuple(v)[:2], v), v, key=version_tuple)
     assert full == newest_patch
     assert set(m.profile("quick").runtimes) < set(default.runtimes)
     # the reference runtime is the newest
-    assert version_tuple(m.export.onnxruntime) == max(version_tuple(v) for v in KNOWN_RELEASES["onnxruntime"])
+    assert version_tuple(m.export.onnxruntime) == max(version_tuple(v) for v in runtimes.kind("onnxruntime").releases)
     # runtimes before 1.19 were built against numpy 1.x: the constraint must travel with them
     for rt in m.runtimes:
         assert ("numpy<2" in rt.constraints) == (version_tuple(rt.version) < (1, 19)), rt.pin

@@ -16,9 +16,10 @@ import pytest
 
 from harness import claims, corpus
 from harness.export import export_all
+from harness.layout import read_shard, shard_path
 from harness.matrix import Matrix, Profile, load
 from harness.records import CellRecord, ExportRecord, Status
-from harness.run import read_shard, run_runtime, shard_path
+from harness.run import run_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

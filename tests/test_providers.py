@@ -93,14 +93,13 @@ def test_a_session_that_drops_cuda_is_unavailable_not_a_pass(gpu_env: Path, shar
     logs an error and runs it on the CPU; the cell must say so."""
     art = Path(shards["out"]) / "artifacts" / "add_one.torchscript.op17"  # type: ignore[arg-type]
     script = (
-        "import json, sys; from harness.backends import onnxruntime as b; b.init_worker()\n"
-        "task = {'dir': sys.argv[1], 'provider': 'cuda', 'runtime': 'onnxruntime-gpu==1.31.1', 'env': {}, 'threads': 1}\n"
-        "print(json.dumps([item for item in b.run_artifact(task)]))\n"
+        "import json, sys; from harness.backends import base; base.init_worker('harness.backends.onnxruntime:OnnxRuntime')\n"
+        "task = base.CellTask(sys.argv[1], 'onnxruntime-gpu==1.31.1', 'cuda', '', {}, {}, ('example', 'second'), {})\n"
+        "print(json.dumps([e.cell.to_dict() for e in base.run_cells(task) if isinstance(e, base.Cell)]))\n"
     )
     proc = subprocess.run([str(gpu_env), "-c", script, str(art)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    items = json.loads(proc.stdout.strip().splitlines()[-1])
-    cells = [CellRecord.from_dict(i["cell"]) for i in items if "cell" in i]
+    cells = [CellRecord.from_dict(c) for c in json.loads(proc.stdout.strip().splitlines()[-1])]
     assert [c.probe for c in cells] == ["example", "second"]
     for c in cells:
         assert c.status is Status.UNAVAILABLE and c.error_class == "ProviderFellBack"

@@ -22,11 +22,12 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from harness import lock, nightly, report, shards
+from harness import layout, lock, nightly, report
 from harness.errors import HarnessError
+from harness.layout import load_artifacts, shard_path, write_shard
 from harness.matrix import Matrix, load
 from harness.records import CellRecord, Stage, Status
-from harness.run import load_artifacts, run_runtime, shard_path, write_shard
+from harness.run import run_runtime
 from tests.artifacts import fault_corpus, faults, write_artifact, write_manifest
 from tests.test_isolation import _alive
 
@@ -140,8 +141,8 @@ def test_a_latency_phase_cut_short_by_sigterm_still_seals_every_verdict(tmp_path
     time.sleep(2.0)  # inside the 60 s timing of add_one's example
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 130
-    assert shards.problem(shard, f"onnxruntime=={onnxruntime.__version__}", "cpu", load_artifacts(out)) is None
-    assert "cut short" in json.loads(shards.stamp_of(shard).read_text())["redo"]
+    assert layout.problem(shard, f"onnxruntime=={onnxruntime.__version__}", "cpu", load_artifacts(out)) is None
+    assert "cut short" in json.loads(layout.stamp_of(shard).read_text())["redo"]
     assert _report(matrix, out, results).returncode == 0
 
 
@@ -154,13 +155,13 @@ def test_gather_refuses_a_shard_its_run_did_not_seal_or_that_was_cut_short(tmp_p
     job.mkdir()
     shard = shard_path(out, runtime, "cpu")
     good = shard.read_bytes()
-    upload, stamp = job / shard.name, job / shards.stamp_of(shard).name
+    upload, stamp = job / shard.name, job / layout.stamp_of(shard).name
     profile = matrix.profile(PROFILE)
 
     upload.write_bytes(good)  # the stamp is not uploaded: the job was killed before it sealed
     with pytest.raises(HarnessError, match="has no seal beside it"):
         nightly.gather(out, profile, [job], echo=lambda _: None)
-    stamp.write_bytes(shards.stamp_of(shard).read_bytes())
+    stamp.write_bytes(layout.stamp_of(shard).read_bytes())
     upload.write_bytes(good[:-40])  # cut short mid-line, as a killed upload leaves it
     with pytest.raises(HarnessError, match="cut short or fail their checksum"):
         nightly.gather(out, profile, [job], echo=lambda _: None)
@@ -169,7 +170,7 @@ def test_gather_refuses_a_shard_its_run_did_not_seal_or_that_was_cut_short(tmp_p
     assert "cut short or fail their checksum" in said[0] and "left out (--partial)" in said[0]
     upload.write_bytes(good)
     assert nightly.gather(out, profile, [job], echo=lambda _: None) == [shard]
-    assert shards.problem(shard, runtime.pin, "cpu", load_artifacts(out)) is None  # the gathered shard is sealed
+    assert layout.problem(shard, runtime.pin, "cpu", load_artifacts(out)) is None  # the gathered shard is sealed
 
 
 # 2. A changed artifact ---------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def test_a_cell_is_never_computed_from_or_reused_for_an_artifact_that_changed_si
     assert any("reference.npz differs from its recorded hash" in s for s in said)
     shard = shard_path(out, runtime, "cpu")
     assert Status.MISMATCH.value.encode() not in shard.read_bytes(), "no cell is computed from the changed file"
-    assert "not sealed" in (shards.problem(shard, runtime.pin, "cpu", load_artifacts(out)) or "")
+    assert "not sealed" in (layout.problem(shard, runtime.pin, "cpu", load_artifacts(out)) or "")
 
     ref.write_bytes(good)  # repaired (as the export's rerun writes it): the cells are computed from it
     cells = run_runtime(matrix, runtime, ["cpu"], out, latency=False, echo=lambda _: None)
@@ -250,7 +251,7 @@ def test_two_real_runs_on_one_build_folder_cannot_both_write(tmp_path: Path) -> 
         time.sleep(0.05)
     assert f"is in use by PID {first.pid}" in _one_line(_run(matrix, out))
     assert first.wait(timeout=120) == 0
-    assert shards.problem(shard, f"onnxruntime=={onnxruntime.__version__}", "cpu", load_artifacts(out)) is None
+    assert layout.problem(shard, f"onnxruntime=={onnxruntime.__version__}", "cpu", load_artifacts(out)) is None
 
 
 # 4 and 5. Any bytes in a shard or a cache file -----------------------------------------------------
@@ -269,11 +270,11 @@ def test_damaged_bytes_in_a_shard_are_redone_and_never_published(tmp_path: Path)
     shard.write_bytes(b"".join([*lines[:crash], lines[crash].replace(b'"crash"', b'"pass"'), *lines[crash + 1:]]))
     assert "changed after its run sealed it" in _one_line(_report(matrix, out, results))
     # The same edit, sealed again by hand: the line's own checksum refuses it.
-    shards.seal(shard, json.loads(shards.stamp_of(shard).read_text()))
+    layout.seal(shard, json.loads(layout.stamp_of(shard).read_text()))
     assert "1 line(s)" in _one_line(_report(matrix, out, results))
     # A byte that is not UTF-8 and a line cut short: the report refuses, the run redoes those cells, no traceback.
     shard.write_bytes(b"".join([*lines[:1], b'{"case": "add_\xff\xfe"}\n', *lines[1:-1], lines[-1][:30]]))
-    shards.seal(shard, json.loads(shards.stamp_of(shard).read_text()))
+    layout.seal(shard, json.loads(layout.stamp_of(shard).read_text()))
     assert "2 line(s)" in _one_line(_report(matrix, out, results))
     rerun = _run(matrix, out)
     assert rerun.returncode == 0 and "2 line(s)" in rerun.stdout and "Traceback" not in rerun.stderr, rerun.stderr
@@ -326,7 +327,7 @@ def test_no_string_from_a_model_a_card_a_probe_or_an_error_becomes_markup(tmp_pa
     shard = shard_path(out, runtime, "cpu")
     shard.parent.mkdir(parents=True)
     write_shard(shard, cells)
-    shards.seal(shard, {})
+    layout.seal(shard, {})
     report.build(out, results, profile=matrix.profile(PROFILE))
     pages = [results / "README.md", *sorted((results / "cases").glob("*.md"))]
     assert len(pages) == 2
@@ -348,19 +349,19 @@ def test_cells_for_other_artifacts_make_a_shard_not_whole(tmp_path: Path) -> Non
     shard = out / "shards" / "x-cpu.jsonl"
     shard.parent.mkdir()
     write_shard(shard, cells)
-    shards.seal(shard, {})
-    said = shards.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or ""
+    layout.seal(shard, {})
+    said = layout.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or ""
     assert "are of other files or another export than this export's artifacts" in said
     failed = json.loads((out / "artifacts" / rec.key.id / "export.json").read_text())
     failed.update(ok=False, error_class="TorchExportError", error_line="the export fails now")
     (out / "artifacts" / rec.key.id / "export.json").write_text(json.dumps(failed))
     (now,) = load_artifacts(out)  # its cells say it exported and passed: not this export's verdict
     write_shard(shard, rec.each_probe(rec.cell("onnxruntime==1.32.0", "cpu", {})))
-    shards.seal(shard, {})
-    assert "another export" in (shards.problem(shard, "onnxruntime==1.32.0", "cpu", [now]) or "")
+    layout.seal(shard, {})
+    assert "another export" in (layout.problem(shard, "onnxruntime==1.32.0", "cpu", [now]) or "")
     write_shard(shard, cells[:1])
-    shards.seal(shard, {})
-    assert "1 of 2 cells of this export are missing" in (shards.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or "")
+    layout.seal(shard, {})
+    assert "1 of 2 cells of this export are missing" in (layout.problem(shard, "onnxruntime==1.32.0", "cpu", [rec]) or "")
     assert isinstance(cells[0], CellRecord)
 
 

@@ -423,7 +423,7 @@ def test_docstring_lists_the_cells_and_install_commands(matrix: tuple[Path, Path
     assert "    localization: first diverging node /Div (Div)" in doc
     assert "    optimizer: fails with graph optimizations disabled too" in doc
     assert '    pip install "onnxruntime==1.17.3" "numpy<2"\n    python repro.py\n' in doc
-    assert '    pip install "onnxruntime==1.32.0"\n    python repro.py\n' in doc
+    assert '    pip install "onnxruntime==1.32.0" "numpy"\n    python repro.py\n' in doc  # the script imports numpy
     assert (div.ATOL, div.RTOL, div.ARTIFACT) == (0.0, 0.0, "floor_div.dynamo.op17")
     ident = _load(results / "repro/identity_all.dynamo.op17/repro.py").__doc__
     assert "- onnxruntime==1.17.3 (cpu), probe again: crash: crash on again" in ident
@@ -446,9 +446,9 @@ def test_gpu_cells_reproduce_with_their_provider_and_native_tensorrt_with_polygr
     write_repros(build, results, cells, [frozen], {})
     script = results / "repro/frozen_batch.torchscript.op13/repro.py"
     doc = _load(script).__doc__
-    assert '    pip install "onnxruntime-gpu==1.31.1"\n    python repro.py --provider tensorrt-fp16\n' in doc
+    assert '    pip install "onnxruntime-gpu==1.31.1" "numpy"\n    python repro.py --provider tensorrt-fp16\n' in doc
     assert (
-        '    pip install "tensorrt==10.13.3.9" polygraphy\n    polygraphy run model.onnx --trt --fp16'
+        '    pip install "tensorrt==10.13.3.9" "polygraphy"\n    polygraphy run model.onnx --trt --fp16'
         " --trt-min-shapes x:[1,3] --trt-opt-shapes x:[1,3] --trt-max-shapes x:[3,3]\n"
     ) in doc
     assert _load(script).PROVIDERS["tensorrt-fp16"] == ("TensorrtExecutionProvider", {"trt_fp16_enable": True})

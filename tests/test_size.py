@@ -18,10 +18,11 @@ from onnx import TensorProto, helper
 
 from harness import localize, report
 from harness.export import export_all
+from harness.layout import load_artifacts
 from harness.matrix import Profile, load
 from harness.records import Status
 from harness.repro import ZEROS
-from harness.run import load_artifacts, run_runtime
+from harness.run import run_runtime
 from tests.artifacts import write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

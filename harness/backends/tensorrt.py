@@ -11,8 +11,8 @@ harness (the ``tensorrt==X`` runtimes of matrix.toml). For each artifact it
 3. keeps the serialized engine in the run stage's cache, keyed by the model's hash, the TensorRT
    version, the GPU (name and compute capability), the precision, the workspace and the profile
    (:func:`engine_key`), so a rerun, the latency phase and another probe load it instead of building;
-4. runs each probe (inputs copied to the device, ``execute_async_v3``, outputs back) and compares
-   with torch's reference outputs exactly as the onnxruntime backend does.
+4. runs each probe (inputs copied to the device, ``execute_async_v3``, outputs back); the verdict,
+   like every backend's, is the shared probe loop's (:mod:`harness.backends.base`).
 
 The cell is the same :class:`~harness.records.CellRecord` as every backend's, with
 ``engine = {build_seconds, bytes, cached, precision, tensorrt, profile}`` and the latency of the
@@ -20,49 +20,38 @@ The cell is the same :class:`~harness.records.CellRecord` as every backend's, wi
 false`` each timed run includes the copies: ``"host"``).
 
 Without a GPU (or without tensorrt or pycuda installed) nothing here is imported by the run
-stage's workers: :func:`provider_problem` says why, and the column is one ``unavailable`` record.
+stage's workers: :meth:`TensorRT.problem` says why, and the column is one ``unavailable`` record.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness import cache, localize
+from harness import cache, layout, runtimes
+from harness.backends.base import Backend
 from harness.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
-from harness.backends.onnxruntime import reference_outputs, timed
-from harness.compare import compare, describe
-from harness.matrix import split_column
-from harness.records import CellRecord, ExportRecord, Stage, Status, first_line
-
-_TRT: Any = None
-_CUDA: Any = None
-_CONTEXT: Any = None
-_LOGGER: Any = None
-"""The worker's one TensorRT logger: TensorRT keeps the first logger a process gives it while any
-builder or runtime lives (NVIDIA/TensorRT#1475), so a logger per build would hear nothing."""
-_ENGINES: dict[str, Any] = {}
-"""Engines deserialized in this worker, by cache key (a probe rerun after a crash comes back to the
-same engine); the newest few only, so a long-lived worker does not hold every engine's weights."""
-_KEEP_ENGINES = 4
+from harness.records import ExportRecord, first_line
 
 WORKSPACE_MIB = 4096
+KEEP_ENGINES = 4
+"""Engines a worker keeps deserialized (a probe rerun after a crash comes back to the same engine); the
+newest few only, so a long-lived worker does not hold every engine's weights."""
 
 
-class ParseError(Exception):
+class ParserError(Exception):
     """TensorRT's ONNX parser refused the model: one line per parser error."""
 
 
-class BuildError(Exception):
+class EngineBuildError(Exception):
     """The builder returned no engine."""
 
 
@@ -73,73 +62,230 @@ def _version(dist: str) -> str:
         return ""
 
 
-def environment() -> dict[str, str]:
-    """What the environment holds, importing neither tensorrt nor pycuda (either may be absent on a
-    machine without a GPU: then nothing of it was installed, and the columns say so)."""
-    trt = ""
-    with contextlib.suppress(Exception):
+class TensorRT(Backend):
+    """Native TensorRT: the ``tensorrt`` and ``tensorrt-fp16`` columns of a ``tensorrt==X`` runtime."""
+
+    def __init__(self) -> None:
+        self.trt: Any = None
+        self.cuda: Any = None
+        self.logger: Any = None
+        """The worker's one TensorRT logger: TensorRT keeps the first logger a process gives it while any
+        builder or runtime lives (NVIDIA/TensorRT#1475), so a logger per build would hear nothing."""
+        self.engines: dict[str, Any] = {}
+
+    def environment(self) -> dict[str, str]:
+        """What the environment holds, importing neither tensorrt nor pycuda (either may be absent on a
+        machine without a GPU: then nothing of it was installed, and the columns say so)."""
+        trt = ""
+        with contextlib.suppress(Exception):
+            import tensorrt
+
+            trt = str(tensorrt.__version__)
+        return {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "tensorrt": trt,
+            "pycuda": _version("pycuda"),
+            "package": "tensorrt",
+            "platform": platform.platform(),
+            "cpu": cpu_model(),
+            "gpu": gpu_model(),
+        }
+
+    def problem(self, column: str) -> str | None:
+        """Why the column (``tensorrt``, ``tensorrt-fp16``) cannot run here, in one line; None when a
+        builder can be made on GPU 0 (and, for fp16, the GPU has fast FP16)."""
+        base, precision = runtimes.split_column(column)
+        if base != "tensorrt":
+            return f"native TensorRT runs the tensorrt columns only, not {column!r}"
+        driver = nvidia_driver_problem()
+        try:
+            import tensorrt as trt
+        except Exception as exc:  # ImportError, or OSError from its libraries
+            why = f"TensorRT is not importable ({type(exc).__name__}: {first_line(str(exc))})"
+            if driver:
+                why += f"; not installed here: {driver}, so its GPU wheels and pycuda were not installed (gpu_requirements)"
+            return why
+        try:
+            import pycuda.driver as cuda
+        except Exception as exc:
+            return f"pycuda is not importable ({type(exc).__name__}: {first_line(str(exc))})" + (f"; {driver}" if driver else "")
+        if driver:
+            return f"tensorrt {trt.__version__} imports, but {driver}"
+        try:
+            cuda.init()
+            if cuda.Device.count() == 0:
+                return "pycuda sees no CUDA device"
+            builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
+        except Exception as exc:
+            return f"tensorrt {trt.__version__} cannot make a builder on GPU 0: {type(exc).__name__}: {first_line(str(exc))}"
+        if precision == "fp16" and not getattr(builder, "platform_has_fast_fp16", True):
+            return f"{gpu_model()} has no fast FP16 (TensorRT's platform_has_fast_fp16 is False)"
+        return None
+
+    def init_worker(self) -> None:
+        """Import tensorrt and pycuda once per worker and make GPU 0's primary context current."""
+        import atexit
+
+        import pycuda.driver as cuda
         import tensorrt
 
-        trt = str(tensorrt.__version__)
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "tensorrt": trt,
-        "pycuda": _version("pycuda"),
-        "package": "tensorrt",
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "gpu": gpu_model(),
-    }
-
-
-def provider_problem(provider: str) -> str | None:
-    """Why the column (``tensorrt``, ``tensorrt-fp16``) cannot run here, in one line; None when a
-    builder can be made on GPU 0 (and, for fp16, the GPU has fast FP16)."""
-    base, precision = split_column(provider)
-    if base != "tensorrt":
-        return f"native TensorRT runs the tensorrt columns only, not {provider!r}"
-    driver = nvidia_driver_problem()
-    try:
-        import tensorrt as trt
-    except Exception as exc:  # ImportError, or OSError from its libraries
-        why = f"TensorRT is not importable ({type(exc).__name__}: {first_line(str(exc))})"
-        if driver:
-            why += f"; not installed here: {driver}, so its GPU wheels and pycuda were not installed (gpu_requirements)"
-        return why
-    try:
-        import pycuda.driver as cuda
-    except Exception as exc:
-        return f"pycuda is not importable ({type(exc).__name__}: {first_line(str(exc))})" + (f"; {driver}" if driver else "")
-    if driver:
-        return f"tensorrt {trt.__version__} imports, but {driver}"
-    try:
         cuda.init()
-        if cuda.Device.count() == 0:
-            return "pycuda sees no CUDA device"
-        builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    except Exception as exc:
-        return f"tensorrt {trt.__version__} cannot make a builder on GPU 0: {type(exc).__name__}: {first_line(str(exc))}"
-    if precision == "fp16" and not getattr(builder, "platform_has_fast_fp16", True):
-        return f"{gpu_model()} has no fast FP16 (TensorRT's platform_has_fast_fp16 is False)"
-    return None
+        context = cuda.Device(0).retain_primary_context()
+        context.push()
+        atexit.register(context.pop)
+        self.trt, self.cuda = tensorrt, cuda
+        self.logger = _logger(tensorrt)
+
+    def describe_error(self, message: str) -> str:
+        return first_line(message)  # the parser's errors are a line each: the first names the first node
+
+    def load(
+        self, art: Path, rec: ExportRecord, ref: Any, column: str, options: Mapping[str, Any], threads: int, *, placement: bool
+    ) -> EngineSession:
+        engine, info = self.engine(art, rec, ref, runtimes.split_column(column)[1], options)
+        inputs, outputs = _io(self.trt, engine)
+        return EngineSession(self, engine, info, inputs, _graph_outputs(rec, outputs))
+
+    def engine(
+        self, art: Path, rec: ExportRecord, ref: Any, precision: str, options: Mapping[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """The artifact's engine at ``precision`` (deserialized here already, from the cache, else parsed and
+        built) and its record."""
+        since = len(self.logger.errors)
+        builder = self.trt.Builder(self.logger)
+        network, _parser = self._parse(builder, art, since)  # the parser owns what the network refers to: keep it
+        plan = _Plan(self, network, rec, ref, precision, options, art)
+        if plan.key in self.engines:
+            return self.engines[plan.key], {**(cache.read_json(plan.info_path) or plan.info), "cached": True}
+        blob, info = plan.cached()
+        if blob is None:
+            blob, info = plan.build(builder, network, self._errors(since))
+        engine = self.trt.Runtime(self.logger).deserialize_cuda_engine(blob)
+        if engine is None:
+            raise EngineBuildError(self._errors(since)("deserialize_cuda_engine returned None"))
+        self.engines[plan.key] = engine
+        while len(self.engines) > KEEP_ENGINES:
+            self.engines.pop(next(iter(self.engines)))
+        return engine, info
+
+    def _parse(self, builder: Any, art: Path, since: int) -> tuple[Any, Any]:
+        flags = 0
+        if int(self.trt.__version__.split(".")[0]) < 10:  # explicit batch is the only mode from TensorRT 10 on
+            flags = 1 << int(self.trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+        network = builder.create_network(flags)
+        parser = self.trt.OnnxParser(network, self.logger)
+        if not parser.parse_from_file(str(art / layout.MODEL)):
+            default = "TensorRT's ONNX parser refused the model without an error"
+            raise ParserError("\n".join(parser_errors(parser)) or self._errors(since)(default))
+        return network, parser
+
+    def _errors(self, since: int) -> Callable[[str], str]:
+        """What the logger heard since ``since`` (the last three errors), or a default."""
+        return lambda default: " / ".join(dict.fromkeys(self.logger.errors[since:][-3:])) or default
 
 
-def init_worker() -> None:
-    """Import tensorrt and pycuda once per worker and make GPU 0's primary context current."""
-    global _TRT, _CUDA, _CONTEXT, _LOGGER
-    import pycuda.driver as cuda
-    import tensorrt
+class _Plan:
+    """An engine to have: its optimization profile from the probes, its content address, its files."""
 
-    cuda.init()
-    _CONTEXT = cuda.Device(0).retain_primary_context()
-    _CONTEXT.push()
-    _TRT, _CUDA = tensorrt, cuda
-    _LOGGER = _Logger()
+    def __init__(
+        self, be: TensorRT, network: Any, rec: ExportRecord, ref: Any, precision: str, options: Mapping[str, Any], art: Path
+    ) -> None:
+        trt = be.trt
+        example = probe_shapes(ref, ["example"])
+        inputs = [network.get_input(i) for i in range(network.num_inputs)]
+        shape_inputs = [t.name for t in inputs if getattr(t, "is_shape_tensor", False)]
+        dims = {t.name: tuple(t.shape) for t in inputs if t.name not in shape_inputs}
+        self.profile = profile_shapes(dims, probe_shapes(ref, rec.probes), {k: v[0] for k, v in example.items()})
+        self.values = profile_values(shape_inputs, ref, rec.probes)
+        device = be.cuda.Device(0)
+        gpu = f"{device.name()} (sm_{''.join(map(str, device.compute_capability()))})"
+        self.trt, self.precision = trt, precision
+        self.workspace = int(options.get("workspace_mib", WORKSPACE_MIB))
+        self.key = engine_key(rec.sha256, trt.__version__, gpu, precision, self.workspace, {**self.profile, **self.values})
+        self.path = Path(options.get("engine_cache") or art / "engines") / f"{art.name}.{self.key}.engine"
+        self.info_path = self.path.with_suffix(".json")
+        shapes = {k: [list(s) for s in v] for k, v in self.profile.items()}
+        self.info: dict[str, Any] = {"precision": precision, "tensorrt": trt.__version__, "gpu": gpu, "profile": shapes}
+        if self.values:
+            self.info["shape_values"] = {k: [list(s) for s in v] for k, v in self.values.items()}
 
-    import atexit
+    def cached(self) -> tuple[bytes | None, dict[str, Any]]:
+        """The serialized engine from the cache, whole as written, or None."""
+        saved = cache.read_json(self.info_path) if self.path.is_file() else None
+        if isinstance(saved, dict) and saved.get("sha256") == cache.sha256_file(self.path):
+            return self.path.read_bytes(), {**saved, "cached": True}
+        return None, self.info
 
-    atexit.register(_CONTEXT.pop)
+    def build(self, builder: Any, network: Any, errors: Callable[[str], str]) -> tuple[bytes, dict[str, Any]]:
+        """Build the engine (fp16 with ``BuilderFlag.FP16``, the optimization profile of the probes) into the cache."""
+        trt = self.trt
+        config = builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self.workspace << 20)
+        if self.precision == "fp16":
+            config.set_flag(trt.BuilderFlag.FP16)
+        if self.profile or self.values:
+            prof = builder.create_optimization_profile()
+            for name, (lo, mid, hi) in self.profile.items():
+                prof.set_shape(name, lo, mid, hi)
+            for name, (lo, mid, hi) in self.values.items():
+                prof.set_shape_input(name, lo, mid, hi)
+            config.add_optimization_profile(prof)
+        t0 = time.perf_counter()
+        serialized = builder.build_serialized_network(network, config)
+        seconds = time.perf_counter() - t0
+        if serialized is None:
+            raise EngineBuildError(errors("build_serialized_network returned None"))
+        blob = bytes(serialized)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, self.path)
+        info = {**self.info, "build_seconds": round(seconds, 3), "bytes": len(blob), "sha256": cache.sha256_file(self.path)}
+        cache.write_json(self.info_path, info)
+        return blob, {**info, "cached": False}
+
+
+class EngineSession:
+    """An engine under the contract's :class:`~harness.backends.base.Session`; the engine's record rides
+    on every cell (:attr:`~harness.records.CellRecord.engine`)."""
+
+    providers_used = ("TensorRT",)
+
+    def __init__(self, be: TensorRT, engine: Any, info: dict[str, Any], inputs: list[str], outputs: list[str]) -> None:
+        self.be, self.engine = be, engine
+        self.facts = {"engine": info}
+        self._inputs, self._outputs = inputs, outputs
+
+    def inputs(self) -> list[str]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[str]:
+        return list(self._outputs)
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> _Bound:
+        return _Bound(self.be.trt, self.be.cuda, self.engine, feeds, self._outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Inputs copied to the device, ``execute_async_v3``, outputs back."""
+        return self.bind(feeds).run()
+
+    def placement(self) -> dict[str, int]:
+        return {}
+
+    def timed_call(self, feeds: Mapping[str, np.ndarray], device: str) -> Callable[[], Any]:
+        """With ``device``, inputs on the device once and each timed run the engine alone, synchronized;
+        else each run copies in and out."""
+        bound = self.bind(feeds)
+        if not device:
+            return bound.run
+        bound.copy_in()
+
+        def call() -> Any:
+            bound.execute()
+            bound.stream.synchronize()
+
+        return call
 
 
 # ---- pure parts (no TensorRT): tested on any machine ----
@@ -149,10 +295,8 @@ def probe_shapes(ref: Any, probes: Sequence[str]) -> dict[str, list[tuple[int, .
     """Each graph input's shape in every probe, from ``reference.npz`` (``<probe>/in/<name>``)."""
     shapes: dict[str, list[tuple[int, ...]]] = {}
     for probe in probes:
-        prefix = f"{probe}/in/"
-        for key in ref.files:
-            if key.startswith(prefix):
-                shapes.setdefault(key[len(prefix) :], []).append(tuple(int(d) for d in ref[key].shape))
+        for name, value in layout.probe_inputs(ref, probe).items():
+            shapes.setdefault(name, []).append(tuple(int(d) for d in value.shape))
     return shapes
 
 
@@ -195,9 +339,9 @@ def profile_values(
     out = {}
     for name in shape_inputs:
         seen = {
-            p: tuple(int(v) for v in np.asarray(ref[f"{p}/in/{name}"]).reshape(-1))
+            p: tuple(int(v) for v in np.asarray(ref[layout.input_key(p, name)]).reshape(-1))
             for p in probes
-            if f"{p}/in/{name}" in ref.files
+            if layout.input_key(p, name) in ref.files
         }
         if not seen:
             raise ValueError(f"shape input {name!r} has no value in any probe")
@@ -249,113 +393,29 @@ def _call(obj: Any, method: str, default: Any) -> Any:
         return default
 
 
-# ---- TensorRT ----
 
 
-class _Logger:
-    """Collects TensorRT's errors for the cells (it prints to stderr otherwise): one per worker, read
-    from the index a build started at."""
+def _logger(trt: Any) -> Any:
+    """A logger that collects TensorRT's errors for the cells (it prints to stderr otherwise): one per
+    worker, read from the index a build started at."""
 
-    def __new__(cls) -> Any:
-        trt = _TRT
+    class Logger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
 
-        class Logger(trt.ILogger):  # type: ignore[name-defined]
-            def __init__(self) -> None:
-                trt.ILogger.__init__(self)
-                self.errors: list[str] = []
+        def log(self, severity: Any, msg: str) -> None:
+            if severity <= trt.ILogger.Severity.ERROR:
+                self.errors.append(msg)
 
-            def log(self, severity: Any, msg: str) -> None:
-                if severity <= trt.ILogger.Severity.ERROR:
-                    self.errors.append(msg)
-
-        return Logger()
-
-
-def _workspace(options: Mapping[str, Any]) -> int:
-    return int(options.get("workspace_mib", WORKSPACE_MIB))
-
-
-def _network_inputs(network: Any) -> dict[str, tuple[int, ...]]:
-    return {network.get_input(i).name: tuple(network.get_input(i).shape) for i in range(network.num_inputs)}
-
-
-def load_engine(art: Path, rec: ExportRecord, ref: Any, precision: str, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The artifact's engine at ``precision`` (from the cache, else parsed and built) and its record."""
-    trt, logger = _TRT, _LOGGER
-    since = len(logger.errors)
-
-    def errors(default: str) -> str:
-        return " / ".join(dict.fromkeys(logger.errors[since:][-3:])) or default
-
-    builder = trt.Builder(logger)
-    flags = 0
-    if int(trt.__version__.split(".")[0]) < 10:  # explicit batch is the only mode from TensorRT 10 on
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(art / "model.onnx")):
-        raise ParseError("\n".join(parser_errors(parser)) or errors("TensorRT's ONNX parser refused the model without an error"))
-    example = probe_shapes(ref, ["example"])
-    inputs = [network.get_input(i) for i in range(network.num_inputs)]
-    shape_inputs = [t.name for t in inputs if getattr(t, "is_shape_tensor", False)]
-    dims = {name: d for name, d in _network_inputs(network).items() if name not in shape_inputs}
-    profile = profile_shapes(dims, probe_shapes(ref, rec.probes), {k: v[0] for k, v in example.items()})
-    values = profile_values(shape_inputs, ref, rec.probes)
-    device = _CUDA.Device(0)
-    gpu = f"{device.name()} (sm_{''.join(map(str, device.compute_capability()))})"
-    key = engine_key(rec.sha256, trt.__version__, gpu, precision, _workspace(options), {**profile, **values})
-    folder = Path(options.get("engine_cache") or art / "engines")
-    path = folder / f"{art.name}.{key}.engine"
-    info_path = path.with_suffix(".json")
-    shapes = {k: [list(s) for s in v] for k, v in profile.items()}
-    info: dict[str, Any] = {"precision": precision, "tensorrt": trt.__version__, "gpu": gpu, "profile": shapes}
-    if values:
-        info["shape_values"] = {k: [list(s) for s in v] for k, v in values.items()}
-    blob: bytes | None = None
-    if key in _ENGINES:
-        return _ENGINES[key], {**(cache.read_json(info_path) or info), "cached": True}
-    saved = cache.read_json(info_path) if path.is_file() else None
-    if isinstance(saved, dict) and saved.get("sha256") == cache.sha256_file(path):  # whole, as written
-        blob, info = path.read_bytes(), {**saved, "cached": True}
-    if blob is None:
-        config = builder.create_builder_config()
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _workspace(options) << 20)
-        if precision == "fp16":
-            config.set_flag(trt.BuilderFlag.FP16)
-        if profile or values:
-            prof = builder.create_optimization_profile()
-            for name, (lo, mid, hi) in profile.items():
-                prof.set_shape(name, lo, mid, hi)
-            for name, (lo, mid, hi) in values.items():
-                prof.set_shape_input(name, lo, mid, hi)
-            config.add_optimization_profile(prof)
-        t0 = time.perf_counter()
-        serialized = builder.build_serialized_network(network, config)
-        seconds = time.perf_counter() - t0
-        if serialized is None:
-            raise BuildError(errors("build_serialized_network returned None"))
-        blob = bytes(serialized)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-        info = {**info, "build_seconds": round(seconds, 3), "bytes": len(blob), "sha256": cache.sha256_file(path)}
-        cache.write_json(info_path, info)
-        info = {**info, "cached": False}
-    engine = trt.Runtime(logger).deserialize_cuda_engine(blob)
-    if engine is None:
-        raise BuildError(errors("deserialize_cuda_engine returned None"))
-    _ENGINES[key] = engine
-    while len(_ENGINES) > _KEEP_ENGINES:
-        _ENGINES.pop(next(iter(_ENGINES)))
-    return engine, info
+    return Logger()
 
 
 class _Bound:
     """An execution context with device buffers for one probe's inputs and outputs."""
 
-    def __init__(self, engine: Any, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]) -> None:
-        trt, cuda = _TRT, _CUDA
+    def __init__(self, trt: Any, cuda: Any, engine: Any, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]) -> None:
+        self.cuda = cuda
         self.context = engine.create_execution_context()
         self.stream = cuda.Stream()
         self.inputs: list[tuple[Any, np.ndarray]] = []
@@ -385,7 +445,7 @@ class _Bound:
 
     def copy_in(self) -> None:
         for dev, host in self.inputs:
-            _CUDA.memcpy_htod_async(dev, host, self.stream)
+            self.cuda.memcpy_htod_async(dev, host, self.stream)
 
     def execute(self) -> None:
         if not self.context.execute_async_v3(self.stream.handle):
@@ -393,7 +453,7 @@ class _Bound:
 
     def copy_out(self) -> list[np.ndarray]:
         for dev, host in self.outputs:
-            _CUDA.memcpy_dtoh_async(host, dev, self.stream)
+            self.cuda.memcpy_dtoh_async(host, dev, self.stream)
         self.stream.synchronize()
         return [host.copy() for _, host in self.outputs]
 
@@ -403,114 +463,14 @@ class _Bound:
         return self.copy_out()
 
 
-def _io(engine: Any) -> tuple[list[str], list[str]]:
-    trt = _TRT
+
+def _io(trt: Any, engine: Any) -> tuple[list[str], list[str]]:
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
     return inputs, [n for n in names if n not in inputs]
-
-
-def _feeds(ref: Any, probe: str, inputs: Sequence[str]) -> dict[str, np.ndarray]:
-    prefix = f"{probe}/in/"
-    given = {k[len(prefix) :]: ref[k] for k in ref.files if k.startswith(prefix)}
-    missing = [n for n in inputs if n not in given]
-    if missing:
-        raise KeyError(f"engine input(s) {', '.join(missing)} have no value in probe {probe!r} (probe has {sorted(given)})")
-    return {n: given[n] for n in inputs}
 
 
 def _graph_outputs(rec: ExportRecord, engine_outputs: Sequence[str]) -> list[str]:
     """The engine's outputs in the ONNX graph's order (the order of torch's outputs)."""
     order = [o["name"] for o in rec.graph.get("outputs", [])]
     return sorted(engine_outputs, key=lambda n: order.index(n) if n in order else len(order))
-
-
-def _failed(cell: CellRecord, exc: BaseException, started: float, status: Status, error_class: str | None = None) -> CellRecord:
-    msg = str(exc)
-    return cell.replace(
-        status=status,
-        error_class=error_class or type(exc).__name__,
-        error_line=first_line(msg),
-        error=msg[:20000],
-        seconds=time.perf_counter() - started,
-    )
-
-
-def run_artifact(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Worker entry (a generator), as the onnxruntime backend's: ``loaded`` once the engine exists,
-    then a cell per probe. A mismatch is localized to the first output that differs (node-by-node
-    comparison needs every node's value, which an engine does not expose)."""
-    art = Path(task["dir"])
-    rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text()))
-    column = task["provider"]
-    _, precision = split_column(column)
-    probes = [p for p in rec.probes if p in task.get("probes", rec.probes)]
-    base = rec.cell(task["runtime"], column, task["env"], stage=Stage.LOAD, providers_used=("TensorRT",))
-    ref = np.load(art / "reference.npz")
-    t0 = time.perf_counter()
-    try:
-        engine, info = load_engine(art, rec, ref, precision, task.get("options") or {})
-    except Exception as exc:
-        error_class = {ParseError: "ParserError", BuildError: "EngineBuildError"}.get(type(exc))
-        for cell in rec.each_probe(base, probes):
-            yield {"cell": _failed(cell, exc, t0, Status.LOAD_FAIL, error_class).to_dict()}
-        return
-    base = base.replace(engine=info)
-    yield {"event": "loaded", "seconds": time.perf_counter() - t0}
-    inputs, outputs = _io(engine)
-    outputs = _graph_outputs(rec, outputs)
-    inference = 0.0
-    for probe in probes:
-        t1 = time.perf_counter()
-        cell = base.replace(probe=probe, stage=Stage.RUN)
-        try:
-            bound = _Bound(engine, _feeds(ref, probe, inputs), outputs)
-            t_run = time.perf_counter()
-            outs = bound.run()
-            inference += time.perf_counter() - t_run
-        except Exception as exc:
-            yield {"cell": _failed(cell, exc, t1, Status.RUN_FAIL).to_dict()}
-            continue
-        want = reference_outputs(ref, probe)
-        ok, stats = compare(want, outs, **rec.tolerance)
-        cell = cell.replace(stage=Stage.COMPARE, diff=stats, seconds=time.perf_counter() - t1)
-        if not ok:
-            line = describe(stats)
-            nodes_path = art / localize.NODES
-            nodes = json.loads(nodes_path.read_text()) if nodes_path.exists() else []
-            found = localize.first_output_mismatch(nodes, outputs, outs, want, **rec.tolerance)
-            cell = cell.replace(
-                status=Status.MISMATCH,
-                error_class="Mismatch",
-                error_line=line,
-                error=line,
-                localization=found or "every output is within tolerance on its own",
-            )
-        yield {"cell": cell.to_dict()}
-    yield {"event": "timing", "inference": inference, "localize": 0.0}
-
-
-def measure_latency(task: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry: serial latency of the ``example`` probe on the artifact's engine (from the cache)."""
-
-    art = Path(task["dir"])
-    lat = task["latency"]
-    rec = ExportRecord.from_dict(json.loads((art / "export.json").read_text()))
-    ref = np.load(art / "reference.npz")
-    t0 = time.perf_counter()
-    engine, _ = load_engine(art, rec, ref, split_column(task["provider"])[1], task.get("options") or {})
-    inputs, outputs = _io(engine)
-    bound = _Bound(engine, _feeds(ref, "example", inputs), _graph_outputs(rec, outputs))
-    session_ms = (time.perf_counter() - t0) * 1e3
-    device = bool(lat.get("iobinding", True))
-    call: Callable[[], Any]
-    if device:  # inputs on the device once; each timed run is the engine alone, synchronized
-        bound.copy_in()
-
-        def call() -> Any:
-            bound.execute()
-            bound.stream.synchronize()
-
-    else:
-        call = bound.run
-    return timed(None, {}, lat, session_ms, "device" if device else "host", call)

@@ -1,0 +1,240 @@
+"""The run stage's side of its workers: tasks out, cells back.
+
+:func:`correctness` hands :class:`~harness.backends.base.CellTask` s to worker processes
+(:mod:`harness.workers`) and turns what they stream into cells. A worker that dies or hangs costs the
+probe it was on: ``crash`` (with its signal) or ``timeout`` for that probe, and the probes after it run
+again in a fresh worker. Before the session exists a death belongs to session creation, which every probe
+shares; during a mismatch's localization it costs only the localization. :func:`latency` times the
+``example`` probe of every passing artifact, serially, one worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import layout
+from harness.backends.base import Cell, CellTask, LatencyTask, Loaded, Localizing, Timed, Timing
+from harness.progress import Progress
+from harness.records import CellRecord, ExportRecord, Stage, Status, first_line
+from harness.workers import MemoryGate, Outcome, run_tasks
+
+CUT_SHORT = "localizing this mismatch was cut short"
+ENTRY = "harness.backends.base"
+
+
+@dataclasses.dataclass
+class Stats:
+    """Where a column's time went, for the benchmark: the floor (session creation and inference measured
+    inside the workers) against the wall time of the stage."""
+
+    cells: int = 0
+    reused: int = 0
+    corrupt: int = 0
+    ran: int = 0
+    """Cells that ran this time."""
+    session: float = 0.0
+    """Seconds creating the correctness sessions."""
+    inference: float = 0.0
+    """Seconds inside ``session.run`` for the correctness probes."""
+    localize: float = 0.0
+    """Seconds localizing mismatches (extra sessions and runs)."""
+    latency: float = 0.0
+    """Seconds creating the latency sessions and inside their timed and warm-up runs."""
+    correctness_wall: float = 0.0
+    latency_wall: float = 0.0
+    wall: float = 0.0
+
+    @property
+    def floor(self) -> float:
+        return self.session + self.inference + self.localize + self.latency
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()},
+            "floor": round(self.floor, 4),
+        }
+
+
+@dataclasses.dataclass
+class _State:
+    """What the run stage knows of one task from what its worker streamed so far."""
+
+    probes: list[str]
+    loaded: bool = False
+    done: set[str] = dataclasses.field(default_factory=set)
+    localizing: str | None = None
+    """The probe whose mismatch is being localized (its cell is already in)."""
+
+    @property
+    def left(self) -> list[str]:
+        return [p for p in self.probes if p not in self.done]
+
+
+class _Round:
+    """One pass of the tasks through the workers: the cells they stream, the probes left for the next pass."""
+
+    def __init__(self, records: Mapping[str, ExportRecord], stats: Stats, cells: dict[str, CellRecord]) -> None:
+        self.records, self.stats, self.cells = records, stats, cells
+        self.states: dict[int, _State] = {}
+        self.again: list[CellTask] = []
+
+    def record(self, task: CellTask) -> ExportRecord:
+        return self.records[Path(task.dir).name]
+
+    def item(self, task: CellTask, event: Any) -> CellRecord | None:
+        """What a worker streamed: a cell (returned, with its content address), or an event."""
+        state = self.states[id(task)]
+        if isinstance(event, Cell):
+            cell = event.cell.replace(cache_key=task.keys.get(event.cell.probe))
+            self.cells[cell.key] = cell
+            state.done.add(cell.probe)
+            state.localizing = None
+            return cell
+        if isinstance(event, Loaded):
+            state.loaded = True
+            self.stats.session += event.seconds
+        elif isinstance(event, Timing):
+            self.stats.inference += event.inference
+            self.stats.localize += event.localize
+        elif isinstance(event, Localizing):
+            state.localizing = event.probe
+        return None
+
+    def ended(self, task: CellTask, outcome: Outcome) -> tuple[list[CellRecord], CellTask | None]:
+        """A task ended: the cells its ending decides, and the task of its probes left to run again (None: it is
+        finished)."""
+        state = self.states[id(task)]
+        if outcome.kind == "ok" and not state.left:
+            return [], None
+        failed, rest = charge(self.record(task), task, outcome, state, self.cells)
+        failed = [c.replace(cache_key=task.keys.get(c.probe)) for c in failed]
+        for cell in failed:
+            self.cells[cell.key] = cell
+        if not rest:
+            return failed, None
+        self.again.append(dataclasses.replace(task, probes=tuple(rest)))
+        return failed, self.again[-1]
+
+
+def correctness(
+    tasks: list[CellTask],
+    records: Mapping[str, ExportRecord],
+    *,
+    workers: int,
+    timeout: float,
+    log: Path,
+    stats: Stats,
+    progress: Progress | None = None,
+) -> Iterator[CellRecord]:
+    """Run the tasks in worker processes; yield each cell as it arrives.
+
+    Workers are sized by memory as well as cores (:class:`harness.workers.MemoryGate`, from each model's
+    size); ``progress`` hears of each artifact as it is done.
+    """
+    cells: dict[str, CellRecord] = {}
+    gate = MemoryGate(session_mib)
+    started: dict[int, float] = {}  # when each task was first handed to a worker (its first outcome says how long ago)
+    while tasks:
+        rnd = _Round(records, stats, cells)
+        rnd.states = {id(t): _State(list(t.probes)) for t in tasks}
+        for outcome in run_tasks(
+            f"{ENTRY}:run_cells",
+            tasks,
+            workers=workers,
+            timeout=timeout,
+            init=f"{ENTRY}:init_worker",
+            initargs=(tasks[0].backend,),
+            log=str(log),
+            admit=gate.admit,
+            heartbeat=(30.0, _beat(progress)) if progress is not None else None,
+        ):
+            task = outcome.task
+            started.setdefault(id(task), time.monotonic() - outcome.seconds)
+            if outcome.kind == "item":
+                cell = rnd.item(task, outcome.value)
+                if cell is not None:
+                    yield cell
+                continue
+            failed, rest = rnd.ended(task, outcome)
+            yield from failed
+            if rest is not None:
+                started[id(rest)] = started[id(task)]
+            elif progress is not None:
+                _tick(progress, rnd.record(task), task, cells, time.monotonic() - started[id(task)])
+        tasks = rnd.again
+
+
+def _beat(progress: Progress) -> Callable[[list[tuple[Any, float]]], None]:
+    return lambda running: progress.running((Path(t.dir).name, s) for t, s in running)
+
+
+def _tick(progress: Progress, rec: ExportRecord, task: CellTask, cells: Mapping[str, CellRecord], took: float) -> None:
+    base = rec.cell(task.runtime, task.column, {})
+    mine = [cells[k] for k in (base.replace(probe=p).key for p in rec.probes) if k in cells]
+    counts = ", ".join(f"{s} {n}" for s, n in sorted(Counter(c.status.value for c in mine).items()))
+    progress.tick(f"  {rec.key.id}: {counts} ({took:.1f}s)", kind=rec.case, seconds=took)
+
+
+def session_mib(task: CellTask) -> float:
+    """What a worker running an artifact is expected to hold (MiB): the runtime keeps the model's weights
+    (and the proto it read them from while it builds the session), numpy the probes; ~200 MiB for itself."""
+    art = Path(task.dir)
+    size = sum(f.stat().st_size for f in (art / layout.MODEL, art / layout.DATA) if f.is_file())
+    return 200.0 + 3 * size / 2**20
+
+
+def charge(
+    rec: ExportRecord, task: CellTask, outcome: Outcome, state: _State, cells: Mapping[str, CellRecord]
+) -> tuple[list[CellRecord], list[str]]:
+    """A worker ended a task early: the cells that failure decides, and the probes to run again."""
+    base = rec.cell(task.runtime, task.column, dict(task.env), stage=Stage.RUN)
+    left = state.left
+    if outcome.kind in ("crash", "timeout"):
+        status = Status.CRASH if outcome.kind == "crash" else Status.TIMEOUT
+        line = str(outcome.value)
+    else:  # the backend raised, or returned without every cell: a harness bug, kept visible in the table
+        if outcome.kind == "error":
+            cls, msg, tb = outcome.value
+            line, full = f"harness error {cls}: {first_line(msg)}", tb
+        else:
+            line = full = f"harness error: the backend returned without cells for {', '.join(left)}"
+        return rec.each_probe(base, left, status=Status.CRASH, error_class="HarnessError", error_line=line, error=full), []
+    if not left:  # every cell is in: the worker died on its way out (a provider's teardown, say)
+        return [], []
+    if state.localizing is not None:  # the cell is in; only its localization is lost
+        cell = cells[base.replace(probe=state.localizing).key]
+        return [cell.noted(f"{CUT_SHORT}: {line}")], left
+    error_class = outcome.kind.capitalize()
+    if not state.loaded:  # died creating the session: every probe shares it
+        line = f"{line} while creating the session"
+        return rec.each_probe(base, left, status=status, stage=Stage.LOAD, error_class=error_class, error_line=line), []
+    probe, rest = left[0], left[1:]
+    line = f"{line} while running this probe"
+    cell = base.replace(probe=probe, status=status, error_class=error_class, error_line=line, error=line, seconds=outcome.seconds)
+    return [cell], rest
+
+
+def latency(
+    tasks: list[LatencyTask], todo: Mapping[str, CellRecord], *, timeout: float, log: Path, stats: Stats
+) -> Iterator[CellRecord]:
+    """Serial timing of each task's ``example`` probe (``todo``: its passing cell, by artifact id); each timed
+    cell is yielded as soon as it is measured. A task that fails to time leaves its cell untimed."""
+    if not tasks:
+        return
+    for outcome in run_tasks(
+        f"{ENTRY}:measure_latency",
+        tasks,
+        workers=1,
+        timeout=timeout,
+        init=f"{ENTRY}:init_worker",
+        initargs=(tasks[0].backend,),
+        log=str(log),
+    ):
+        if outcome.kind == "ok" and isinstance(outcome.value, Timed):
+            stats.latency += outcome.value.busy_seconds
+            yield todo[Path(outcome.task.dir).name].replace(latency=outcome.value.latency, stage=Stage.LATENCY)

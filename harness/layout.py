@@ -1,0 +1,335 @@
+"""The build folder's files: where each lives, how it is written and read, and whether it is whole.
+
+Every stage reads the files of the stage before it through this module, never through that stage::
+
+    build/manifest.json                     the export's artifact ids (:func:`load_artifacts`)
+    build/export.stamp.json                 what the export read (:mod:`harness.stamps`)
+    build/artifacts/<id>/model.onnx         and model.onnx.data, reference.npz, export.json, the
+                                            localization files (:data:`LOCALIZATION_FILES`)
+    build/cache/exports/<key>/              the export store (:class:`harness.cache.ExportStore`)
+    build/shards/<runtime id>-<column>.jsonl           one cell a line, each sealed with its checksum
+    build/shards/<runtime id>-<column>.stamp.json      the shard's seal (:func:`seal`)
+    build/report.stamp.json                 what the report read and wrote
+
+A shard is *whole* for an export (:func:`check`) when its run sealed it (the stamp holds the shard's
+SHA-256, written only when the run ends normally), its bytes are the ones sealed, every line decodes,
+parses and holds its checksum, and it holds a cell for every probe of every artifact of the export (or is
+one runtime-wide record: a column that cannot run here), each computed from that artifact's files. The
+report refuses a shard that is not whole (unless asked for a partial report), and so does the gather.
+
+``reference.npz`` holds each probe's inputs and torch's outputs under ``<probe>/in/<name>`` and
+``<probe>/out/<index>``: :func:`input_key`, :func:`output_key`, :func:`probe_inputs`, :func:`probe_outputs`.
+
+Standard library only (numpy arrays pass through, never imported here): the noxfile reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import cache
+from harness.errors import HarnessError
+from harness.records import CellRecord, ExportRecord
+
+if TYPE_CHECKING:
+    from harness.matrix import Runtime
+
+MANIFEST = "manifest.json"
+EXPORT_STAMP = "export.stamp.json"
+REPORT_STAMP = "report.stamp.json"
+STORE = Path("cache") / "exports"
+ARTIFACTS = "artifacts"
+SHARDS = "shards"
+
+MODEL = "model.onnx"
+DATA = "model.onnx.data"
+"""The weights of a model saved with ONNX external data (``[export] external_data_mib``)."""
+REFERENCE = "reference.npz"
+RECORD = "export.json"
+
+DEBUG_MODEL = "model.debug.onnx"
+NODES = "nodes.json"
+INTERMEDIATES = "intermediates.npz"
+LOCALIZATION = "localization.json"
+LOCALIZATION_FILES = (DEBUG_MODEL, NODES, INTERMEDIATES, LOCALIZATION)
+"""What :func:`harness.reference.prepare` writes beside ``model.onnx``: a mismatch is localized with them."""
+
+
+# Artifacts ---------------------------------------------------------------------------------------------
+
+
+def artifact_dir(out: Path, art_id: str) -> Path:
+    return out / ARTIFACTS / art_id
+
+
+def load_artifacts(out: Path) -> list[ExportRecord]:
+    """The export records of the last export, in the manifest's order.
+
+    Raises:
+        HarnessError: no export, or a manifest or record that is not the one the export writes.
+    """
+    manifest = out / MANIFEST
+    if not manifest.exists():
+        raise HarnessError(f"{manifest}: no export found; run `nox -s export` (or `harness export`) first")
+    again = "rerun the export (`nox -s matrix -- --force`, or delete it and run `nox -s matrix`)"
+    data = cache.read_json(manifest)  # None when it is not UTF-8 JSON
+    ids = data.get("artifacts") if isinstance(data, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise HarnessError(f"{manifest}: damaged (not the manifest the export writes); {again}")
+    records = []
+    for art_id in ids:
+        path = artifact_dir(out, art_id) / RECORD
+        if not path.exists():
+            raise HarnessError(f"{path}: missing although the manifest lists it; rerun the export")
+        try:
+            records.append(ExportRecord.from_dict(cache.read_json(path)))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise HarnessError(f"{path}: damaged (not the record the export writes); {again}") from None
+    return records
+
+
+def read_record(art: Path) -> ExportRecord:
+    """An artifact's export record (in a worker: the run stage checked the files before handing it over)."""
+    return ExportRecord.from_dict(json.loads((art / RECORD).read_text(encoding="utf-8")))
+
+
+def localization_sha256(folder: Path) -> str:
+    """Of an artifact's localization files, as the export records it (a missing file counts as such)."""
+    h = hashlib.sha256()
+    for name in LOCALIZATION_FILES:
+        try:
+            h.update(cache.sha256_file(folder / name).encode())
+        except FileNotFoundError:
+            h.update(b"-")
+    return h.hexdigest()
+
+
+def damaged(out: Path, artifacts: Iterable[ExportRecord]) -> dict[str, str]:
+    """Artifacts whose files are no longer those the export recorded (by SHA-256): id → what differs."""
+    found = {}
+    for rec in artifacts:
+        if not rec.ok:
+            continue
+        folder = artifact_dir(out, rec.key.id)
+        checks = [(MODEL, rec.sha256), (REFERENCE, rec.reference_sha256)]
+        if rec.data_sha256:
+            checks.append((DATA, rec.data_sha256))
+        for name, want in checks:
+            if want is None:
+                continue
+            try:
+                have = cache.sha256_file(folder / name)
+            except OSError:
+                found[rec.key.id] = f"{name} is missing"
+                break
+            if have != want:
+                found[rec.key.id] = f"{name} differs from its recorded hash"
+                break
+        else:
+            if rec.intermediates_sha256 and localization_sha256(folder) != rec.intermediates_sha256:
+                found[rec.key.id] = "its localization files differ from their recorded hash"
+    return found
+
+
+# reference.npz ------------------------------------------------------------------------------------------
+
+
+def input_key(probe: str, name: str) -> str:
+    return f"{probe}/in/{name}"
+
+
+def output_key(probe: str, index: int) -> str:
+    return f"{probe}/out/{index}"
+
+
+def probe_inputs(ref: Any, probe: str) -> dict[str, Any]:
+    """A probe's inputs by name, from a loaded ``reference.npz``."""
+    prefix = input_key(probe, "")
+    return {k[len(prefix) :]: ref[k] for k in ref.files if k.startswith(prefix)}
+
+
+def probe_outputs(ref: Any, probe: str) -> list[Any]:
+    """torch's outputs of a probe, in output order, from a loaded ``reference.npz``."""
+    prefix = output_key(probe, 0)[:-1]
+    keys = sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k[len(prefix) :]))
+    return [ref[k] for k in keys]
+
+
+# Shards -------------------------------------------------------------------------------------------------
+
+
+def shard_path(out: Path, runtime: Runtime, column: str) -> Path:
+    return out / SHARDS / f"{runtime.id}-{column}.jsonl"
+
+
+def stamp_of(shard: Path) -> Path:
+    return shard.with_name(shard.name.removesuffix(".jsonl") + ".stamp.json")
+
+
+def stamp_path(out: Path, runtime: Runtime, column: str) -> Path:
+    return stamp_of(shard_path(out, runtime, column))
+
+
+def read_shard(path: Path) -> dict[str, CellRecord]:
+    """Cells of a shard by key (a later line for the same key wins); a damaged line is left out, a
+    missing shard has none."""
+    return read(path)[0] if path.exists() else {}
+
+
+def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
+    """Rewrite a shard atomically, sorted by key, each line sealed with its checksum."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for cell in sorted(cells, key=lambda c: c.key):
+            f.write(cache.seal(cell.to_dict()) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Appender:
+    """Append-only writes, each line handed to the kernel at once (a killed run loses at most the
+    line being written) and forced to disk at least every ``sync`` seconds and at the end (what a
+    power cut could take)."""
+
+    def __init__(self, path: Path, sync: float = 0.5) -> None:
+        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open across appends)
+        self.sync, self.synced = sync, time.monotonic()
+
+    def add(self, cells: Iterable[CellRecord]) -> None:
+        for cell in cells:
+            self.f.write(cache.seal(cell.to_dict()) + "\n")
+        self.f.flush()
+        if time.monotonic() - self.synced >= self.sync:
+            os.fsync(self.f.fileno())
+            self.synced = time.monotonic()
+
+    def close(self) -> None:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+def read(path: Path) -> tuple[dict[str, CellRecord], int]:
+    """The cells of a shard whose lines hold (a later line for the same key wins), and how many lines
+    do not: cut short, not UTF-8, not JSON, a wrong or missing checksum, not a cell. Never raises for
+    what the file holds; raises OSError when it cannot be read."""
+    cells: dict[str, CellRecord] = {}
+    bad = 0
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad += 1
+            continue
+        data = _sealed(line)
+        if data is None:
+            data, state = cache.unseal(line, verify=True)  # another spelling of the same JSON still holds
+            if data is None or state != "ok":
+                bad += 1
+                continue
+        try:
+            cell = CellRecord.from_dict(data)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad += 1
+            continue
+        cells[cell.key] = cell
+    return cells, bad
+
+
+_MARK = f', "{cache.CHECKSUM}": "'
+_TAIL = len(_MARK) + 16 + 2  # the mark, 16 hex digits, '"}'
+
+
+def _sealed(line: str) -> dict[str, object] | None:
+    """The data of a line exactly as :func:`harness.cache.seal` wrote it, checked on its bytes (no JSON
+    written again to check it), or None: anything else, for :func:`harness.cache.unseal` to judge."""
+    cut = len(line) - _TAIL
+    if cut <= 0 or not line.startswith(_MARK, cut) or not line.endswith('"}'):
+        return None
+    body = line[:cut] + "}"
+    if cache.sha256_bytes(body.encode())[:16] != line[cut + len(_MARK) : -2]:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def problem(shard: Path, pin: str, column: str, artifacts: Sequence[ExportRecord], *, sealed: bool = True) -> str | None:
+    """Why ``shard`` cannot be published for these artifacts (one line, naming the runtime), or None."""
+    return check(shard, pin, column, artifacts, sealed=sealed)[1]
+
+
+def check(
+    shard: Path, pin: str, column: str, artifacts: Sequence[ExportRecord], *, sealed: bool = True
+) -> tuple[dict[str, CellRecord], str | None]:
+    """The shard's sound cells, and why it cannot be published for these artifacts (or None)."""
+    cells: dict[str, CellRecord] = {}
+    return cells, _problem(shard, pin, column, artifacts, sealed, cells)
+
+
+def _problem(
+    shard: Path, pin: str, column: str, artifacts: Sequence[ExportRecord], sealed: bool, cells: dict[str, CellRecord]
+) -> str | None:
+    name = f"{pin} {column}"
+    if not shard.is_file():
+        return f"{name}: no shard ({shard}): its run session has not run"
+    try:
+        digest = cache.sha256_file(shard)
+        sound, bad = read(shard)
+    except OSError as exc:
+        return f"{name}: {shard} cannot be read ({exc.strerror or exc})"
+    cells.update(sound)
+    if sealed and (seal_state := unsealed(shard, digest)) is not None:
+        if seal_state == "no seal":
+            return f"{name}: its run did not finish (killed, crashed or timed out): {shard} is not sealed"
+        return f"{name}: {shard} changed after its run sealed it"
+    if bad:
+        return f"{name}: {bad} line(s) of {shard} are cut short or fail their checksum"
+    if any(c.runtime_wide for c in cells.values()):
+        return None  # the whole column is one record: unavailable here, or a broken environment
+    missing = wrong = expected = 0
+    for rec in artifacts:
+        prefix = rec.cell(pin, column, {}).key  # a cell's key ends with its probe, empty here
+        for probe in rec.probes or ("example",):  # as ExportRecord.each_probe
+            expected += 1
+            have = cells.get(prefix + probe)
+            if have is None:
+                missing += 1
+            elif have.inputs != rec.digest or have.sha256 != rec.sha256 or (not rec.ok and have.error_line != rec.error_line):
+                wrong += 1  # computed from other files, or decided by an export that is not this one
+    if missing:
+        return f"{name}: {missing} of {expected} cells of this export are missing from {shard}"
+    if wrong:
+        return f"{name}: {wrong} cell(s) of {shard} are of other files or another export than this export's artifacts"
+    return None
+
+
+def unsealed(shard: Path, digest: str) -> str | None:
+    """None when ``shard``'s seal holds ``digest`` (its SHA-256); ``"no seal"``, or ``"another shard"`` when
+    the seal describes other bytes."""
+    stamp = cache.read_json(stamp_of(shard))
+    if not isinstance(stamp, dict) or "sha256" not in stamp:
+        return "no seal"
+    return None if stamp["sha256"] == digest else "another shard"
+
+
+def seal(shard: Path, stamp: Mapping[str, object]) -> None:
+    """Seal ``shard`` as it is now: its stamp, with its hash."""
+    cache.write_json(stamp_of(shard), {**stamp, "sha256": cache.sha256_file(shard)})
+
+
+def describe(found: Sequence[str], limit: int = 3) -> str:
+    """The first few problems on one line."""
+    more = f"; and {len(found) - limit} more" if len(found) > limit else ""
+    return "; ".join(found[:limit]) + more
