@@ -171,8 +171,9 @@ class Backend(abc.ABC):
     ) -> Session:
         """The artifact's session for ``column`` (``placement``: make :meth:`Session.placement` answer)."""
 
-    def fell_back(self, session: Session, column: str) -> str | None:
-        """Why the session is not the column's, having silently fallen back (one line), or None."""
+    def fell_back(self, session: Session, column: str, placement: Mapping[str, int] | None = None) -> str | None:
+        """Why the session is not the column's, having silently fallen back (one line), or None: at load, and again
+        once its first run has placed the nodes (``placement``: a session can hold the provider and hand it none)."""
         return None
 
     def describe_error(self, message: str) -> str:
@@ -250,7 +251,7 @@ def _probes(
     inference = localizing = 0.0
     placed = False
     reuse: dict[str, Any] = {}
-    for probe in probes:
+    for i, probe in enumerate(probes):
         t1 = time.perf_counter()
         cell = base.replace(probe=probe, stage=Stage.RUN)
         try:
@@ -268,6 +269,11 @@ def _probes(
             placed = True
             base = base.replace(placement=session.placement())
             cell = cell.replace(placement=base.placement)
+            if (line := be.fell_back(session, task.column, base.placement)) is not None:
+                fell = {"status": Status.UNAVAILABLE, "error_class": "ProviderFellBack", "error_line": line, "error": line}
+                for rest in rec.each_probe(base.replace(stage=Stage.RUN), probes[i:]):
+                    yield Cell(rest.replace(**fell))
+                break
         if error is not None or outs is None:
             yield Cell(_failed(be, cell, error or RuntimeError("no outputs"), t1, Status.RUN_FAIL))
             continue

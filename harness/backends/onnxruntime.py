@@ -133,11 +133,15 @@ class OnnxRuntime(Backend):
         providers = session_providers(column, options, cache, threads)
         return self.ort.InferenceSession(str(path), sess_options=so, providers=providers)
 
-    def fell_back(self, session: Any, column: str) -> str | None:
+    def fell_back(self, session: Any, column: str, placement: Mapping[str, int] | None = None) -> str | None:
+        """The session dropped the column's provider (its libraries, driver or device failed, or it refused its
+        options), or holds it but placed none of the graph's nodes on it: either way the cell ran elsewhere."""
         ep = runtimes.provider(column).ep
-        if ep in session.providers_used:
-            return None
-        return f"{ep} was requested but the session fell back to {', '.join(session.providers_used)}"
+        if ep not in session.providers_used:
+            return f"{ep} was requested but the session fell back to {', '.join(session.providers_used)}"
+        if placement and ep not in placement:
+            return f"{ep} took none of the session's {sum(placement.values())} nodes: they ran on {', '.join(placement)}"
+        return None
 
     def localize(self, art: Path, rec: ExportRecord, cell: CellRecord, feeds: Mapping[str, np.ndarray], want: list[np.ndarray],
                  task: CellTask, reuse: dict[str, Any]) -> CellRecord:  # fmt: skip
