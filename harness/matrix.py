@@ -511,7 +511,7 @@ def _export_settings(ex: _Reader) -> ExportSettings:
         if getattr(export, key) and len(version_tuple(getattr(export, key))) < 3:
             ex.fail(f"{getattr(export, key)!r} is not pinned; write a full X.Y.Z version", key)
     if export.onnxruntime:
-        parse_runtime(ex.file, "export.onnxruntime", f"onnxruntime=={export.onnxruntime}")
+        parse_runtime(ex.file, "export.onnxruntime", f"{runtimes.REFERENCE}=={export.onnxruntime}")
     return export
 
 
@@ -519,7 +519,7 @@ def _reference_runtime(export: ExportSettings, declared: Sequence[Runtime], ex: 
     """``[export] onnxruntime``, by default the newest declared onnxruntime."""
     if export.onnxruntime:
         return export
-    cpu = [rt for rt in declared if rt.package == "onnxruntime"]
+    cpu = [rt for rt in declared if rt.package == runtimes.REFERENCE]
     if not cpu:
         ex.fail("missing, and no onnxruntime is declared in [[runtimes]] to default to; add it", "onnxruntime")
     newest = max(cpu, key=lambda rt: version_tuple(rt.version))
@@ -589,12 +589,11 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
             majors[key] = value
         if rt.gpu and not majors["cuda"]:
             rr.fail(f'{rt.pin} is a GPU runtime: record the CUDA major it needs (cuda = "12")', "cuda")
-        what = "the CPU package" if rt.package == "onnxruntime" else "not a GPU runtime"
         if not rt.gpu and any(majors.values()):
-            rr.fail(f"{rt.pin} is {what}: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
+            rr.fail(f"{rt.pin} is not a GPU runtime: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
         gpu_reqs = rr.strings("gpu_requirements", [], nonempty=False)
         if gpu_reqs and not rt.gpu:
-            rr.fail(f"{rt.pin} is {what}: gpu_requirements do not apply; remove the key", "gpu_requirements")
+            rr.fail(f"{rt.pin} is not a GPU runtime: gpu_requirements do not apply; remove the key", "gpu_requirements")
         declared.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
     return tuple(declared)
 

@@ -83,7 +83,7 @@ def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
     if "==" not in text and (kind := runtimes.by_prefix(prefix)) is not None:
         text = f"{kind.package}=={rest}"
     elif "==" not in text:
-        text = f"onnxruntime=={text}"
+        text = f"{runtimes.REFERENCE}=={text}"
     if text in pins:
         return text
     package, _, version = text.partition("==")

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, frontier, history, layout, markdown, page, plots, recommend, staged, stamps
+from harness import cache, frontier, history, layout, markdown, page, plots, recommend, runtimes, staged, stamps
 from harness.errors import HarnessError
 from harness.markdown import LEGEND
 from harness.matrix import Profile, version_tuple
@@ -249,7 +249,8 @@ def _verdicts(cells: list[CellRecord], exports: list[ExportRecord]) -> dict[str,
     """Each case's claims checked against the table. Claims are about onnxruntime on the CPU: the newest CPU package
     (native TensorRT 10.x is not newer)."""
     pins = {c.runtime for c in cells}
-    newest = max([p for p in pins if p.startswith("onnxruntime==")] or pins, key=lambda pin: version_tuple(pin.split("==")[-1]))
+    cpu = [p for p in pins if runtimes.package_of(p) == runtimes.REFERENCE]
+    newest = max(cpu or pins, key=lambda pin: version_tuple(pin.split("==")[-1]))
     by_case: dict[str, list[CellRecord]] = {}
     for c in cells:
         by_case.setdefault(c.case, []).append(c)

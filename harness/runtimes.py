@@ -201,6 +201,12 @@ KINDS: tuple[Kind, ...] = (
 )
 
 
+REFERENCE = "onnxruntime"
+"""The package of the reference runtime (``[export] onnxruntime``, the newest declared by default): installed in the
+export environment, it records every node's value, which a mismatch of any column is compared with; a bare version
+(``--runtime 1.20.1``) and the corpus's claims mean it too."""
+
+
 def column(name: str, precision: str = "fp32") -> str:
     """The shard and table column of provider ``name`` at ``precision``: ``cuda``, ``tensorrt``, ``tensorrt-fp16``."""
     return name if precision == "fp32" else f"{name}-{precision}"

@@ -71,7 +71,7 @@ def export_settings(matrix: Matrix, requirements: Sequence[str] = ()) -> dict[st
 
 def reference_requirements(matrix: Matrix) -> list[str]:
     """What the export environment installs for its reference runtime (the declared runtime's constraints too)."""
-    pin = f"onnxruntime=={matrix.export.onnxruntime}"
+    pin = f"{runtimes.REFERENCE}=={matrix.export.onnxruntime}"
     return next((list(rt.requirements) for rt in matrix.runtimes if rt.pin == pin), [pin])
 
 

@@ -95,7 +95,8 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
         (
             'pin = "onnxruntime==1.19.2"',
             'pin = "onnxruntime==1.19.2"\ncuda = "12"',
-            r"runtimes\[\d+\]\.cuda: onnxruntime==1.19.2 is the CPU package: it needs no CUDA, cuDNN or TensorRT; remove the key",
+            r"runtimes\[\d+\]\.cuda: onnxruntime==1.19.2 is not a GPU runtime: it needs no CUDA, cuDNN or TensorRT; "
+            "remove the key",
         ),
         (
             'pin = "onnxruntime-gpu==1.23.2"\ncuda = "12"',
