@@ -135,6 +135,8 @@ _ORT_GPU = tuple(
     "1.20.2 1.21.0 1.21.1 1.22.0 1.23.0 1.23.2 1.24.1 1.24.4 1.25.0 1.25.1 1.26.0 "
     "1.27.0 1.28.0 1.29.0 1.30.0 1.31.0 1.31.1".split()
 )
+# onnxruntime built with OpenVINO (its libraries inside the wheel), pip index versions, 2026-12-02.
+_ORT_OPENVINO = tuple("1.17.1 1.18.0 1.19.0 1.20.0 1.21.0 1.22.0 1.23.0 1.24.1".split())
 # NVIDIA's meta-package (it pulls tensorrt-cu12 or -cu13: bindings and libraries).
 _TRT = tuple(
     "8.6.1 10.0.1 10.1.0 10.2.0 10.3.0 10.4.0 10.5.0 10.6.0 10.7.0 10.8.0.43 10.9.0.34 10.10.0.31 "
@@ -176,6 +178,18 @@ PROVIDERS: tuple[Provider, ...] = (
         cache_options={"trt_engine_cache_enable": True, "trt_engine_cache_path": "{path}"},
         unavailable=_NVIDIA_UNAVAILABLE,
     ),
+    # OpenVINO's own threads, precision and device: [providers.openvino] options names the device (device_type CPU
+    # here); fp32 asks for FP32 inference explicitly (the CPU plugin would otherwise pick bf16 where the CPU has it).
+    # It falls back to the CPU provider, without a word, for a device it lacks, a precision the device refuses (FP16 on
+    # a CPU) or a graph it takes nothing of (a dynamic rank): the contract's fallback check makes those unavailable.
+    Provider(
+        "openvino",
+        "OpenVINOExecutionProvider",
+        "intel",
+        precision_options={"fp32": {"precision": "FP32"}},
+        library="openvino",
+        threads_option="num_of_threads",
+    ),
 )
 
 _ONNXRUNTIME = "harness.backends.onnxruntime:OnnxRuntime"
@@ -183,6 +197,7 @@ _ONNXRUNTIME = "harness.backends.onnxruntime:OnnxRuntime"
 KINDS: tuple[Kind, ...] = (
     Kind("onnxruntime", "ort", "", ("cpu",), _ONNXRUNTIME, _ORT),
     Kind("onnxruntime-gpu", "ortgpu", "gpu-", ("cpu", "cuda", "tensorrt"), _ONNXRUNTIME, _ORT_GPU, gpu=True),
+    Kind("onnxruntime-openvino", "ortov", "ov-", ("cpu", "openvino"), _ONNXRUNTIME, _ORT_OPENVINO),
     Kind(
         "tensorrt",
         "trt",

@@ -71,6 +71,7 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
     columns = {rt.package: nightly.columns(rt) for rt in nightly.runtimes}
     assert columns == {
         "onnxruntime": ("cpu",),
+        "onnxruntime-openvino": ("cpu", "openvino"),  # no fp16: OpenVINO's CPU device takes FP32 only
         "onnxruntime-gpu": ("cpu", "cuda", "tensorrt", "tensorrt-fp16"),
         "tensorrt": ("tensorrt", "tensorrt-fp16"),
     }
