@@ -37,6 +37,7 @@ PROVIDERS = {
     "cuda": ("CUDAExecutionProvider", {}),
     "tensorrt": ("TensorrtExecutionProvider", {"trt_fp16_enable": False}),
     "tensorrt-fp16": ("TensorrtExecutionProvider", {"trt_fp16_enable": True}),
+    "openvino": ("OpenVINOExecutionProvider", {"precision": "FP32"}),
 }
 DTYPES = {1: "f4", 2: "u1", 3: "i1", 4: "u2", 5: "i2", 6: "i4", 7: "i8", 9: "?", 10: "f2", 11: "f8", 12: "u4", 13: "u8", 14: "c8",
           15: "c16"}

@@ -39,33 +39,33 @@ Reproduce, one fresh environment per runtime pin (exit status 1: the failure rep
     python repro.py
     pip install "onnxruntime==1.18.1" "numpy<2"
     python repro.py
-    pip install "onnxruntime==1.19.2"
+    pip install "onnxruntime==1.19.2" "numpy"
     python repro.py
-    pip install "onnxruntime==1.20.1"
+    pip install "onnxruntime==1.20.1" "numpy"
     python repro.py
-    pip install "onnxruntime==1.21.1"
+    pip install "onnxruntime==1.21.1" "numpy"
     python repro.py
-    pip install "onnxruntime==1.22.1"
+    pip install "onnxruntime==1.22.1" "numpy"
     python repro.py
-    pip install "onnxruntime==1.23.2"
+    pip install "onnxruntime==1.23.2" "numpy"
     python repro.py
-    pip install "onnxruntime==1.24.4"
+    pip install "onnxruntime==1.24.4" "numpy"
     python repro.py
-    pip install "onnxruntime==1.25.1"
+    pip install "onnxruntime==1.25.1" "numpy"
     python repro.py
-    pip install "onnxruntime==1.26.0"
+    pip install "onnxruntime==1.26.0" "numpy"
     python repro.py
-    pip install "onnxruntime==1.27.0"
+    pip install "onnxruntime==1.27.0" "numpy"
     python repro.py
-    pip install "onnxruntime==1.28.0"
+    pip install "onnxruntime==1.28.0" "numpy"
     python repro.py
-    pip install "onnxruntime==1.29.0"
+    pip install "onnxruntime==1.29.0" "numpy"
     python repro.py
-    pip install "onnxruntime==1.30.0"
+    pip install "onnxruntime==1.30.0" "numpy"
     python repro.py
-    pip install "onnxruntime==1.31.1"
+    pip install "onnxruntime==1.31.1" "numpy"
     python repro.py
-    pip install "onnxruntime==1.32.0"
+    pip install "onnxruntime==1.32.0" "numpy"
     python repro.py
 """
 
@@ -87,6 +87,7 @@ PROVIDERS = {
     "cuda": ("CUDAExecutionProvider", {}),
     "tensorrt": ("TensorrtExecutionProvider", {"trt_fp16_enable": False}),
     "tensorrt-fp16": ("TensorrtExecutionProvider", {"trt_fp16_enable": True}),
+    "openvino": ("OpenVINOExecutionProvider", {"precision": "FP32"}),
 }
 DTYPES = {1: "f4", 2: "u1", 3: "i1", 4: "u2", 5: "i2", 6: "i4", 7: "i8", 9: "?", 10: "f2", 11: "f8", 12: "u4", 13: "u8", 14: "c8",
           15: "c16"}
