@@ -22,7 +22,7 @@ from typing import Any
 from harness import cache, frontier, layout, stamps
 from harness import corpus as corpus_mod
 from harness.errors import HarnessError
-from harness.exporter import base_record, library_module, phase_words, user_error, versions
+from harness.exporter import Exported, ExportTask, Phase, base_record, library_module, phase_words, user_error, versions
 from harness.matrix import Matrix, Profile
 from harness.progress import Progress
 from harness.records import ArtifactKey, ExportRecord, first_line
@@ -212,7 +212,7 @@ class _Job:
         }
         self.records: dict[str, ExportRecord] = {}
 
-    def schedule(self, force: bool) -> list[dict[str, Any]]:
+    def schedule(self, force: bool) -> list[ExportTask]:
         """Link every artifact the store holds whole; a task for each of the others."""
         tasks = []
         for k in self.keys:
@@ -225,35 +225,34 @@ class _Job:
                 self.echo(f"export {k.id}: cache entry {why}: exporting again")
             tmp = self.store.begin(self.address[k.id])
             budget = self.registry[k.case].export_timeout or self.matrix.export.timeout
-            task = {"case": k.case, "exporter": k.exporter, "opset": k.opset, "dir": str(tmp), "key": self.address[k.id]}
-            tasks.append({**task, "timeout": budget})
+            tasks.append(ExportTask(k.case, k.exporter, k.opset, str(tmp), self.address[k.id], budget))
         return tasks
 
-    def run(self, tasks: list[dict[str, Any]], workers: int, corpus: list[str], root: Path, imported: tuple[str, ...]) -> None:
+    def run(self, tasks: list[ExportTask], workers: int, corpus: list[str], root: Path, imported: tuple[str, ...]) -> None:
         """Each task in a fresh process forked from a server that imported what the exports will import."""
         preload = Preload(self.out)
-        peaks = _known_peaks(self.store, {str(t["case"]) for t in tasks})
-        memory = MemoryGate(lambda task: peaks.get(task["case"], DEFAULT_EXPORT_MIB))
+        peaks = _known_peaks(self.store, {t.case for t in tasks})
+        memory = MemoryGate(lambda task: peaks.get(task.case, DEFAULT_EXPORT_MIB))
         progress = Progress("export", len(tasks), self.echo, workers=workers)
-        progress.expect(t["case"] for t in tasks)
+        progress.expect(t.case for t in tasks)
         phase: dict[str, str] = {}
         begun: dict[str, float] = {}
         for outcome in run_tasks(
             "harness.exporter:export_one",
             tasks,
             workers=workers,
-            timeout=lambda task: task["timeout"],
+            timeout=lambda task: task.timeout,
             init="harness.exporter:init_worker",
             initargs=(corpus, str(root), self.settings),
             log=str(self.out / "logs" / "export.log"),
             fresh=True,  # exporters keep per-process caches: each artifact gets a clean process
             preload=(*preload.modules(list(self.sources)), *imported),
             admit=memory.admit,
-            heartbeat=(30.0, lambda running: progress.running((_artifact_id(t), s) for t, s in running)),
+            heartbeat=(30.0, lambda running: progress.running((t.artifact.id, s) for t, s in running)),
         ):
-            key = ArtifactKey(outcome.task["case"], outcome.task["exporter"], outcome.task["opset"])
-            if outcome.kind == "item" and "phase" in outcome.value:
-                phase[key.id] = outcome.value["phase"]
+            key = outcome.task.artifact
+            if outcome.kind == "item" and isinstance(outcome.value, Phase):
+                phase[key.id] = outcome.value.phase
                 begun.setdefault(key.id, time.monotonic() - outcome.seconds)  # handed over, process start included
                 continue
             if outcome.kind == "ok":
@@ -269,17 +268,17 @@ class _Job:
 
     def ended(self, outcome: Any, key: ArtifactKey, phase: str, preload: Preload) -> ExportRecord:
         """An artifact's record (streamed, or that of its lost worker), its files into the store or in place."""
-        tmp = Path(outcome.task["dir"])
-        if outcome.kind == "item":
-            rec = ExportRecord.from_dict(outcome.value["record"])
-            preload.learn(key.case, outcome.value.get("imported", ()))
+        tmp = Path(outcome.task.dir)
+        if outcome.kind == "item" and isinstance(outcome.value, Exported):
+            rec = outcome.value.record
+            preload.learn(key.case, outcome.value.imported)
         else:
             rec = _lost(outcome, key, self.registry[key.case], self.settings, phase, tmp)
         if not _cacheable(rec):
             self.store.place(tmp, self.art_dir / key.id)
         else:
-            self.store.commit(outcome.task["key"], key.id, tmp)
-            self.store.link(outcome.task["key"], self.art_dir / key.id)
+            self.store.commit(outcome.task.key, key.id, tmp)
+            self.store.link(outcome.task.key, self.art_dir / key.id)
         self.records[key.id] = rec
         return rec
 
@@ -333,10 +332,6 @@ def _known_peaks(store: cache.ExportStore, cases: set[str]) -> dict[str, float]:
             case = rec["case"]
             peaks[case] = max(peaks.get(case, 0.0), float(peak))
     return peaks
-
-
-def _artifact_id(task: Mapping[str, Any]) -> str:
-    return ArtifactKey(task["case"], task["exporter"], task["opset"]).id
 
 
 def _lost(

@@ -83,27 +83,61 @@ def phase_words(phase: str, exporter: str) -> str:
     return PHASES.get(phase, phase).format(exporter=exporter)
 
 
-def export_one(task: dict[str, Any]) -> Iterator[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class ExportTask:
+    """One artifact to export, as the export stage hands it to a fresh worker process."""
+
+    case: str
+    exporter: str
+    opset: int
+    dir: str
+    """The store's temporary folder to write the files into."""
+    key: str
+    """The export's content address (:func:`harness.cache.export_key`)."""
+    timeout: float
+    """Seconds for building the model, torch's outputs and the export together."""
+
+    @property
+    def artifact(self) -> ArtifactKey:
+        return ArtifactKey(self.case, self.exporter, self.opset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """The export enters ``phase``; ``budget``: the seconds it may take (the worker pool's clock restarts)."""
+
+    phase: str
+    budget: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """The artifact's record, last; ``imported``: what its process imported that the fork server had not."""
+
+    record: ExportRecord
+    imported: tuple[str, ...]
+
+
+def export_one(task: ExportTask) -> Iterator[Phase | Exported]:
     """Worker entry (a generator): export one artifact, write its files, yield its record last.
 
-    Yields ``{"phase": ..., "budget": seconds}`` as it enters each phase (the budget of building, torch's
-    outputs and the export together is the task's; the reference pass gets its own), so a worker killed by
-    a timeout or a crash is charged to the phase it was in; then ``{"record": ...}``. The record is also
-    written to ``export.json`` before the reference pass: a pass that never returns costs the
-    localization data, never the export.
+    Yields a :class:`Phase` as it enters each phase (the budget of building, torch's outputs and the export
+    together is the task's; the reference pass gets its own), so a worker killed by a timeout or a crash is
+    charged to the phase it was in; then :class:`Exported`. The record is also written to ``export.json``
+    before the reference pass: a pass that never returns costs the localization data, never the export.
     """
     assert _REGISTRY is not None, "init_worker was not called"
-    key = ArtifactKey(task["case"], task["exporter"], task["opset"])
-    out_dir = Path(task["dir"])
+    key = task.artifact
+    out_dir = Path(task.dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(sys.modules)
-    for item in _export(_REGISTRY[key.case], key, out_dir, budget=float(task["timeout"]), cache_key=task["key"]):
+    for item in _export(_REGISTRY[key.case], key, out_dir, budget=float(task.timeout), cache_key=task.key):
         if isinstance(item, ExportRecord):
             record = dataclasses.replace(item, peak_rss_mib=_peak_rss_mib())
             write_json(out_dir / layout.RECORD, record.to_dict())
             # What this process imported that the fork server had not: preloaded for the case next time.
             imported = sorted(n for n in set(sys.modules) - before if library_module(n))
-            yield {"record": record.to_dict(), "imported": imported}
+            yield Exported(record, tuple(imported))
         else:
             yield item
 
@@ -235,15 +269,15 @@ def _capture() -> Iterator[list[dict[str, str]]]:
 
 def _export(
     case: corpus_mod.Case, key: ArtifactKey, out_dir: Path, *, budget: float, cache_key: str | None = None
-) -> Iterator[dict[str, Any] | ExportRecord]:
+) -> Iterator[Phase | ExportRecord]:
     """The export of one artifact, phase by phase (see :func:`export_one`); the record comes last.
 
     (Over 60 lines, on purpose: a generator that announces each phase as it enters it, so the phases, and what
     a failure in each costs, read top to bottom; each phase's work is a function of its own.)"""
     start = time.perf_counter()
 
-    def enter(phase: str) -> dict[str, Any]:
-        return {"phase": phase, "budget": max(1.0, budget - (time.perf_counter() - start))}
+    def enter(phase: str) -> Phase:
+        return Phase(phase, max(1.0, budget - (time.perf_counter() - start)))
 
     base = base_record(case, key, _SETTINGS, cache_key=cache_key)
     for old in (layout.MODEL, DATA, layout.REFERENCE):
@@ -308,7 +342,7 @@ def _export(
         **_inspect(path),
     )
     write_json(out_dir / layout.RECORD, exported.to_dict())  # the export stands whatever the reference pass does
-    yield {"phase": "reference", "budget": _SETTINGS["reference_timeout"] + 60}
+    yield Phase("reference", _SETTINGS["reference_timeout"] + 60)
     t_reference = time.perf_counter()
     reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
     timing["reference"] = time.perf_counter() - t_reference

@@ -9,7 +9,7 @@ Every stage reads the files of the stage before it through this module, never th
     build/cache/exports/<key>/              the export store (:class:`harness.cache.ExportStore`)
     build/shards/<runtime id>-<column>.jsonl           one cell a line, each sealed with its checksum
     build/shards/<runtime id>-<column>.stamp.json      the shard's seal (:func:`seal`)
-    build/report.stamp.json                 what the report read and wrote
+    build/report.<profile>.stamp.json       what the profile's report read and wrote
 
 A shard is *whole* for an export (:func:`check`) when its run sealed it (the stamp holds the shard's
 SHA-256, written only when the run ends normally), its bytes are the ones sealed, every line decodes,
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 MANIFEST = "manifest.json"
 EXPORT_STAMP = "export.stamp.json"
-REPORT_STAMP = "report.stamp.json"
 STORE = Path("cache") / "exports"
 ARTIFACTS = "artifacts"
 SHARDS = "shards"
@@ -174,6 +173,11 @@ def stamp_of(shard: Path) -> Path:
 
 def stamp_path(out: Path, runtime: Runtime, column: str) -> Path:
     return stamp_of(shard_path(out, runtime, column))
+
+
+def report_stamp(out: Path, profile: str) -> Path:
+    """A profile's report stamp: one per profile, so reporting one profile leaves another's up to date."""
+    return out / f"report.{profile}.stamp.json"
 
 
 def read_shard(path: Path) -> dict[str, CellRecord]:

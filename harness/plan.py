@@ -15,7 +15,7 @@ Stamps:
   listing, each artifact's content address and digest.
 - ``build/shards/<runtime>-<column>.stamp.json`` (:func:`harness.run.run_runtime`):
   a digest of the shard's inputs, the shard's own hash, the environment.
-- ``build/report.stamp.json`` (:func:`harness.stamps.write_report_stamp`): a digest of the
+- ``build/report.<profile>.stamp.json`` (:func:`harness.stamps.write_report_stamp`): a digest of the
   report's inputs and the hash of every file it wrote under ``results/``.
 
 Standard library only: the noxfile runs this before any environment exists.
@@ -149,7 +149,7 @@ def _run_why(out: Path, matrix: Matrix, runtime: Runtime, column: str, stamp: Ma
 
 
 def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str | None:
-    stamp = cache.read_json(out / layout.REPORT_STAMP)
+    stamp = cache.read_json(layout.report_stamp(out, profile.name))
     if not isinstance(stamp, dict):
         return "no report yet"
     if stamp.get("inputs") != stamps.report_inputs(out, profile, results, builtin):

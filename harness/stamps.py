@@ -174,4 +174,5 @@ def write_report_stamp(out: Path, profile: Profile, results: Path, builtin: Iter
     outputs = {p.relative_to(results).as_posix(): cache.sha256_file(p) for p in files}
     stat = {p.relative_to(results).as_posix(): cache.signature(p) for p in files}
     inputs = report_inputs(out, profile, results, builtin)
-    cache.write_json(out / layout.REPORT_STAMP, {"inputs": inputs, "outputs": outputs, "stat": stat, "env": cache.environment()})
+    stamp = {"inputs": inputs, "outputs": outputs, "stat": stat, "env": cache.environment()}
+    cache.write_json(layout.report_stamp(out, profile.name), stamp)

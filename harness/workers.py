@@ -167,7 +167,7 @@ def run_tasks(
     ``timeout`` (seconds, or a function of the task) bounds each task, counted
     from when it was handed to a worker or from its last item, whichever is
     later (worker start-up, which imports the runtime, is not counted against
-    it). An item that is a mapping with a number under ``"budget"`` sets the
+    it). An item with a number as its ``budget`` (an attribute, or a mapping's key) sets the
     seconds allowed until the next item: a task whose phases need different
     bounds says so as it enters each (the export, then the reference pass).
     ``fresh`` gives each task its own process, forked from a server that has
@@ -264,8 +264,9 @@ def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Ou
         if kind == "item":  # the task goes on; its clock restarts, with the budget the item sets if it sets one
             outcome = Outcome(w.task, kind, value, now - w.started)
             w.started = now
-            if isinstance(value, Mapping) and isinstance(value.get("budget"), (int, float)):
-                w.budget = float(value["budget"])
+            budget = value.get("budget") if isinstance(value, Mapping) else getattr(value, "budget", None)
+            if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+                w.budget = float(budget)
             return outcome, False
         if kind != "dead":
             outcome = Outcome(w.task, kind, value, now - w.started)

@@ -464,3 +464,26 @@ def test_a_comment_or_docstring_edit_moves_no_code_key(tmp_path: Path) -> None:
     html = tmp_path / "page.html"
     html.write_text("<!-- a comment -->")
     assert cache.source_digest(html) == cache.sha256_file(html)
+
+
+def test_a_profiles_report_stamp_is_its_own(tmp_path: Path) -> None:
+    """Two profiles reported from one build folder (the default and openvino, say) each keep their own stamp: reporting
+    one leaves the other up to date, and a profile published inside another's folder is not the outer one's output."""
+    from harness import stamps
+
+    out, results = tmp_path / "build", tmp_path / "results"
+    (out / "shards").mkdir(parents=True)
+    (out / "manifest.json").write_text("{}")
+    (results / "nested").mkdir(parents=True)
+    (results / "README.md").write_text("outer")
+    other = Profile("other", (NEWEST,), ("cpu",), ("torchscript",), (18,))
+    stamps.write_report_stamp(out, PROFILE, results, ())
+    assert plan._report_why(out, PROFILE, results, ()) is None
+    (results / "nested" / "matrix.jsonl").write_text("{}\n")  # another profile's report, published inside this one's
+    (results / "nested" / "README.md").write_text("inner")
+    stamps.write_report_stamp(out, other, results / "nested", ())
+    assert plan._report_why(out, PROFILE, results, ()) is None
+    assert plan._report_why(out, other, results / "nested", ()) is None
+    assert sorted(p.name for p in out.glob("report.*.stamp.json")) == ["report.cache-test.stamp.json", "report.other.stamp.json"]
+    (results / "README.md").write_text("edited")
+    assert "differs from what the report wrote" in (plan._report_why(out, PROFILE, results, ()) or "")

@@ -284,7 +284,7 @@ def test_damaged_bytes_in_a_shard_are_redone_and_never_published(tmp_path: Path)
 
 @pytest.mark.parametrize(
     "damaged",
-    ["manifest.json", "artifacts/add_one.torchscript.op17/export.json", "shards/*.stamp.json", "report.stamp.json",
+    ["manifest.json", "artifacts/add_one.torchscript.op17/export.json", "shards/*.stamp.json", "report.reliability.stamp.json",
      "results/history.jsonl", "shards/*.jsonl"],
 )  # fmt: skip
 def test_random_bytes_in_any_file_of_the_build_are_one_line_or_redone(tmp_path: Path, damaged: str) -> None:
