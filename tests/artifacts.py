@@ -269,3 +269,23 @@ def fault_corpus(out: Path, only: Iterable[str] | None = None, **kwargs: Any) ->
         ids.append(write_artifact(out, name, fault.model, fault.probes, fault.expected, **kwargs).key.id)
     write_manifest(out, ids)
     return ids
+
+
+# --- a run environment ----------------------------------------------------------------------------
+
+
+def runtime_env(folder: Path, *requirements: str) -> Path:
+    """A venv under ``folder`` holding ``requirements`` (a runtime package, numpy) and the harness installed with
+    ``--no-deps``, as a `run` session makes it (no torch); returns its python."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    venv = folder / "venv"
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, *requirements], check=True, timeout=900)
+    subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(root)], check=True)
+    return Path(py)

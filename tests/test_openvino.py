@@ -13,9 +13,7 @@ stage there over real ONNX models (tests/artifacts.py):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ from onnx import TensorProto, helper
 from harness import runtimes, stamps
 from harness.matrix import load
 from harness.records import CellRecord, Status
-from tests.artifacts import IR_VERSION, OPSET, fault_corpus, write_artifact, write_manifest
+from tests.artifacts import IR_VERSION, OPSET, fault_corpus, runtime_env, write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENVINO = "1.24.1"  # the newest onnxruntime-openvino (OpenVINO 2025.4)
@@ -38,13 +36,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def ov_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding onnxruntime-openvino, numpy and the harness (no torch), as a `run` session would."""
-    venv = tmp_path_factory.mktemp("ortov") / "venv"
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    subprocess.run([uv, "pip", "install", "-q", "-p", py, PIN, "numpy"], check=True, timeout=900)
-    subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(ROOT)], check=True)
-    return Path(py)
+    return runtime_env(tmp_path_factory.mktemp("ortov"), PIN, "numpy")
 
 
 def determinant() -> onnx.ModelProto:

@@ -11,15 +11,13 @@ never `pass`. No GPU is faked: the machine simply has none, as CI's has none.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.records import CellRecord, Status
-from tests.artifacts import fault_corpus
+from tests.artifacts import fault_corpus, runtime_env
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = "1.31.1"  # the newest onnxruntime-gpu with a Python 3.11 wheel (CUDA 13, cuDNN 9)
@@ -30,13 +28,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def gpu_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding onnxruntime-gpu, numpy and the harness (no torch), as a `run` session would."""
-    venv = tmp_path_factory.mktemp("ortgpu") / "venv"
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    subprocess.run([uv, "pip", "install", "-q", "-p", py, f"onnxruntime-gpu=={GPU}", "numpy"], check=True, timeout=900)
-    subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(ROOT)], check=True)
-    return Path(py)
+    return runtime_env(tmp_path_factory.mktemp("ortgpu"), f"onnxruntime-gpu=={GPU}", "numpy")
 
 
 @pytest.fixture(scope="module")
