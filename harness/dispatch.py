@@ -24,6 +24,7 @@ from harness.records import CellRecord, ExportRecord, Stage, Status, first_line
 from harness.workers import MemoryGate, Outcome, run_tasks
 
 CUT_SHORT = "localizing this mismatch was cut short"
+FRESH = "a worker died here first"
 ENTRY = "harness.backends.base"
 
 
@@ -91,6 +92,8 @@ class _Round:
         state = self.states[id(task)]
         if isinstance(event, Cell):
             cell = event.cell.replace(cache_key=task.keys.get(event.cell.probe))
+            if task.fresh_after:
+                cell = cell.noted(f"{FRESH} ({task.fresh_after}); a fresh worker ran it")
             self.cells[cell.key] = cell
             state.done.add(cell.probe)
             state.localizing = None
@@ -111,6 +114,11 @@ class _Round:
         state = self.states[id(task)]
         if outcome.kind == "ok" and not state.left:
             return [], None
+        if outcome.kind == "crash" and not task.fresh_after and state.left and state.localizing is None:
+            # Not charged yet: the probes left run again in a worker of their own, and only a death there is theirs.
+            where = "while creating the session" if not state.loaded else f"while running probe {state.left[0]}"
+            self.again.append(dataclasses.replace(task, probes=tuple(state.left), fresh_after=f"{outcome.value} {where}"))
+            return [], self.again[-1]
         failed, rest = charge(self.record(task), task, outcome, state, self.cells)
         failed = [c.replace(cache_key=task.keys.get(c.probe)) for c in failed]
         for cell in failed:
@@ -134,7 +142,9 @@ def correctness(
     """Run the tasks in worker processes; yield each cell as it arrives.
 
     Workers are sized by memory as well as cores (:class:`harness.workers.MemoryGate`, from each model's
-    size); ``progress`` hears of each artifact as it is done.
+    size); ``progress`` hears of each artifact as it is done. A task whose worker died (outside a localization)
+    runs its probes left again in a worker of its own before the death is charged to it: a cell is not red for
+    what earlier sessions in its worker did.
     """
     cells: dict[str, CellRecord] = {}
     gate = MemoryGate(session_mib)
@@ -142,17 +152,21 @@ def correctness(
     while tasks:
         rnd = _Round(records, stats, cells)
         rnd.states = {id(t): _State(list(t.probes)) for t in tasks}
-        for outcome in run_tasks(
+        pooled = [t for t in tasks if not t.fresh_after]
+        alone = [t for t in tasks if t.fresh_after]
+        runs = [(pooled, False), (alone, True)]
+        for outcome in (o for group, fresh in runs if group for o in run_tasks(
             f"{ENTRY}:run_cells",
-            tasks,
+            group,
             workers=workers,
             timeout=timeout,
             init=f"{ENTRY}:init_worker",
-            initargs=(tasks[0].backend,),
+            initargs=(group[0].backend,),
             log=str(log),
+            fresh=fresh,
             admit=gate.admit,
             heartbeat=(30.0, _beat(progress)) if progress is not None else None,
-        ):
+        )):  # fmt: skip
             task = outcome.task
             started.setdefault(id(task), time.monotonic() - outcome.seconds)
             if outcome.kind == "item":

@@ -67,6 +67,9 @@ class CellTask:
     """Each probe's content address (:func:`harness.cache.cell_key`), for the run stage."""
     threads: int = 1
     reference: ReferenceSource | None = None
+    fresh_after: str = ""
+    """Why these probes run in a worker of their own: the death of the worker that ran them first (its line).
+    A crash can be a provider's state from earlier sessions in that worker, not this artifact's doing."""
 
 
 @dataclasses.dataclass(frozen=True)
