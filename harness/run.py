@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import cache, dispatch, envprobe, frontier, layout, stamps
-from harness.backends.base import CellTask, LatencyTask, ReferenceSource
+from harness.backends.base import TOOK_NO_NODE, CellTask, LatencyTask, ReferenceSource
 from harness.errors import HarnessError
 from harness.matrix import Matrix, Runtime
 from harness.progress import Progress
@@ -305,10 +305,13 @@ def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
 
 
 def reusable(old: CellRecord | None, key: str) -> bool:
-    """A finished cell with the same content address, decided by the artifact: not a harness bug, and
-    not a mismatch whose localization a killed run left undone (or a fault cut short, or the reference
-    values a large model needs could not be recorded here)."""
-    if old is None or old.cache_key != key or old.status in _NOT_REUSED or old.error_class == "HarnessError":
+    """A finished cell with the same content address, decided by the artifact: not a harness bug, not what this
+    machine decides (but a provider that took no node of the graph: its version and the artifact decide that), and
+    not a mismatch whose localization a killed run left undone (or a fault cut short, or the reference values a
+    large model needs could not be recorded here)."""
+    if old is None or old.cache_key != key or old.error_class == "HarnessError":
+        return False
+    if old.status in _NOT_REUSED and old.error_class != TOOK_NO_NODE:
         return False
     note = old.note or ""
     localized = old.optimizer is not None and dispatch.CUT_SHORT not in note and _NOT_RECORDED not in note

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper
 from harness import runtimes, stamps
 from harness.matrix import load
 from harness.records import CellRecord, Status
+from harness.run import reusable
 from tests.artifacts import IR_VERSION, OPSET, fault_corpus, runtime_env, write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,8 +102,9 @@ def test_openvino_runs_the_cells_itself_and_they_pass(cells: dict[str, dict[str,
 
 def test_a_graph_openvino_takes_nothing_of_is_unavailable_never_a_pass(cells: dict[str, dict[str, CellRecord]]) -> None:
     c = cells["openvino"]["determinant/example"]
-    assert c.status is Status.UNAVAILABLE and c.error_class == "ProviderFellBack"
+    assert c.status is Status.UNAVAILABLE and c.error_class == "ProviderTookNoNode"
     assert c.error_line == "OpenVINOExecutionProvider took none of the session's 1 nodes: they ran on CPUExecutionProvider"
+    assert reusable(c, c.cache_key or "")  # the artifact and the provider's version decide it: a rerun keeps it
     assert c.placement == {"CPUExecutionProvider": 1}
     assert cells["cpu"]["determinant/example"].status is Status.PASS  # the model itself is fine
 
@@ -112,6 +114,7 @@ def test_a_device_openvino_lacks_falls_back_quietly_and_is_unavailable(ov_env: P
     assert {c.status for c in found["openvino"].values()} == {Status.UNAVAILABLE}
     for c in found["openvino"].values():
         assert c.error_line == "OpenVINOExecutionProvider was requested but the session fell back to CPUExecutionProvider"
+        assert c.error_class == "ProviderFellBack" and not reusable(c, c.cache_key or "")  # a device can appear: checked again
         assert c.latency is None  # a fallback is never timed as the provider's latency
     assert {c.status for c in found["cpu"].values()} == {Status.PASS}
 

@@ -111,6 +111,10 @@ class Timing:
 
 Event = Loaded | Cell | Localizing | Timing
 
+TOOK_NO_NODE = "ProviderTookNoNode"
+"""The error class of a cell whose session held the column's provider but placed none of the graph's nodes on it:
+``unavailable`` as a fallback is, but decided by the artifact and the provider's version, not by the machine."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Timed:
@@ -273,7 +277,7 @@ def _probes(
             base = base.replace(placement=session.placement())
             cell = cell.replace(placement=base.placement)
             if (line := be.fell_back(session, task.column, base.placement)) is not None:
-                fell = {"status": Status.UNAVAILABLE, "error_class": "ProviderFellBack", "error_line": line, "error": line}
+                fell = {"status": Status.UNAVAILABLE, "error_class": TOOK_NO_NODE, "error_line": line, "error": line}
                 for rest in rec.each_probe(base.replace(stage=Stage.RUN), probes[i:]):
                     yield Cell(rest.replace(**fell))
                 break
