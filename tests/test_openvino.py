@@ -40,12 +40,14 @@ def ov_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return runtime_env(tmp_path_factory.mktemp("ortov"), PIN, "numpy")
 
 
-def determinant() -> onnx.ModelProto:
+def determinant(relu: bool = False) -> onnx.ModelProto:
     """``y = det(x)`` of a float32 ``[3, 3]``: OpenVINO's provider takes no node of it (it claims no ``Det``), so
-    onnxruntime runs it all on its CPU provider, quietly."""
+    onnxruntime runs it all on its CPU provider, quietly. With ``relu``, ``det(relu(x))``: OpenVINO takes the Relu,
+    the CPU provider the Det."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["y"])] if relu else []
     graph = helper.make_graph(
-        [helper.make_node("Det", ["x"], ["y"])],
-        "determinant",
+        nodes or [helper.make_node("Det", ["x"], ["y"])],
+        "relu_det" if relu else "determinant",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
     )
@@ -59,8 +61,10 @@ def _run(ov_env: Path, tmp: Path, options: str = 'device_type = "CPU"') -> dict[
     out = tmp / "build"
     ids = fault_corpus(out, only=["add_one"])
     x = np.diag([2.0, 3.0, 4.0]).astype(np.float32)
-    write_artifact(out, "determinant", determinant(), {"example": {"x": x}}, {"example": [np.array(24.0, np.float32)]})
-    write_manifest(out, [*ids, "determinant.torchscript.op17"])
+    want = {"example": [np.array(24.0, np.float32)]}
+    write_artifact(out, "determinant", determinant(), {"example": {"x": x}}, want)
+    write_artifact(out, "relu_det", determinant(relu=True), {"example": {"x": x}}, want)
+    write_manifest(out, [*ids, "determinant.torchscript.op17", "relu_det.torchscript.op17"])
     text = (ROOT / "matrix.toml").read_text()
     default = '[providers.openvino]\noptions = { device_type = "CPU" }'
     assert default in text
@@ -107,6 +111,16 @@ def test_a_graph_openvino_takes_nothing_of_is_unavailable_never_a_pass(cells: di
     assert reusable(c, c.cache_key or "")  # the artifact and the provider's version decide it: a rerun keeps it
     assert c.placement == {"CPUExecutionProvider": 1}
     assert cells["cpu"]["determinant/example"].status is Status.PASS  # the model itself is fine
+
+
+def test_a_graph_openvino_takes_part_of_says_how_it_was_split(cells: dict[str, dict[str, CellRecord]]) -> None:
+    c = cells["openvino"]["relu_det/example"]
+    assert c.status is Status.PASS and c.placement == {"OpenVINOExecutionProvider": 1, "CPUExecutionProvider": 1}
+    assert c.note == (
+        "partly placed: OpenVINOExecutionProvider 1, CPUExecutionProvider 1 of the session's 2 nodes "
+        "(a fused subgraph counts as one)"
+    )
+    assert cells["cpu"]["relu_det/example"].note is None  # one provider: nothing to say
 
 
 def test_a_device_openvino_lacks_falls_back_quietly_and_is_unavailable(ov_env: Path, tmp_path: Path) -> None:

@@ -274,8 +274,9 @@ def _probes(
         inference += time.perf_counter() - t_run
         if not placed:  # the first run places every node
             placed = True
-            base = base.replace(placement=session.placement())
-            cell = cell.replace(placement=base.placement)
+            placement = session.placement()
+            base = base.replace(placement=placement, note=_partly(placement, runtimes.provider(task.column).ep))
+            cell = cell.replace(placement=base.placement, note=base.note)
             if (line := be.fell_back(session, task.column, base.placement)) is not None:
                 fell = {"status": Status.UNAVAILABLE, "error_class": TOOK_NO_NODE, "error_line": line, "error": line}
                 for rest in rec.each_probe(base.replace(stage=Stage.RUN), probes[i:]):
@@ -286,7 +287,8 @@ def _probes(
             continue
         want = layout.probe_outputs(ref, probe)
         ok, stats = compare(want, outs, **rec.tolerance)
-        note = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them" if ignored else None
+        frozen = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them" if ignored else None
+        note = "; ".join(n for n in (base.note, frozen) if n) or None
         cell = cell.replace(stage=Stage.COMPARE, diff=stats, note=note, seconds=time.perf_counter() - t1)
         if ok:
             yield Cell(cell)
@@ -312,6 +314,15 @@ def _probes(
         localizing += time.perf_counter() - t_localize
         yield Cell(cell)
     yield Timing(inference, localizing)
+
+
+def _partly(placement: Mapping[str, int], ep: str) -> str | None:
+    """A note for a session whose column's provider took only part of the graph: how many of its nodes each provider
+    ran (a provider's fused subgraph is one node), or None."""
+    if ep not in placement or len(placement) < 2:
+        return None
+    said = ", ".join(f"{p} {n}" for p, n in sorted(placement.items(), key=lambda kv: (kv[0] != ep, kv[0])))
+    return f"partly placed: {said} of the session's {sum(placement.values())} nodes (a fused subgraph counts as one)"
 
 
 def feeds_for(inputs: Sequence[str], ref: Any, probe: str) -> tuple[dict[str, np.ndarray], list[str]]:
