@@ -237,18 +237,24 @@ def latency(
     tasks: list[LatencyTask], todo: Mapping[str, CellRecord], *, timeout: float, log: Path, stats: Stats
 ) -> Iterator[CellRecord]:
     """Serial timing of each task's ``example`` probe (``todo``: its passing cell, by artifact id); each timed
-    cell is yielded as soon as it is measured. A task that fails to time leaves its cell untimed."""
-    if not tasks:
-        return
-    for outcome in run_tasks(
-        f"{ENTRY}:measure_latency",
-        tasks,
-        workers=1,
-        timeout=timeout,
-        init=f"{ENTRY}:init_worker",
-        initargs=(tasks[0].backend,),
-        log=str(log),
-    ):
-        if outcome.kind == "ok" and isinstance(outcome.value, Timed):
-            stats.latency += outcome.value.busy_seconds
-            yield todo[Path(outcome.task.dir).name].replace(latency=outcome.value.latency, stage=Stage.LATENCY)
+    cell is yielded as soon as it is measured. A task whose worker died is timed again in a worker of its own (its
+    death may be the sessions before it); one that fails there, or raises, leaves its cell untimed."""
+    crashed: list[LatencyTask] = []
+    for fresh, group in ((False, tasks), (True, crashed)):
+        if not group:
+            continue
+        for outcome in run_tasks(
+            f"{ENTRY}:measure_latency",
+            group,
+            workers=1,
+            timeout=timeout,
+            init=f"{ENTRY}:init_worker",
+            initargs=(group[0].backend,),
+            log=str(log),
+            fresh=fresh,
+        ):
+            if outcome.kind == "ok" and isinstance(outcome.value, Timed):
+                stats.latency += outcome.value.busy_seconds
+                yield todo[Path(outcome.task.dir).name].replace(latency=outcome.value.latency, stage=Stage.LATENCY)
+            elif outcome.kind == "crash" and not fresh:
+                crashed.append(outcome.task)

@@ -21,7 +21,7 @@ import numpy as np
 import onnxruntime
 
 from harness import cache, dispatch, stamps
-from harness.backends.base import CellTask
+from harness.backends.base import CellTask, LatencyTask
 from harness.cache import sha256_file as sha256
 from harness.layout import load_artifacts, read_shard, shard_path
 from harness.localize import save_intermediates
@@ -218,6 +218,13 @@ def test_a_crash_that_a_fresh_worker_does_not_repeat_is_not_charged_to_the_cell(
         "a worker died here first (worker killed by SIGSEGV while creating the session); a fresh worker ran it"
     }
     # A crash that repeats in a fresh worker is the artifact's own, as before (test_a_crash_and_a_hang_each_cost_one_cell).
+
+    # The latency phase likewise: its one worker dies timing the second artifact; a worker of its own times it.
+    lat = {"iobinding": True, "threads": 1, "warmup": 1, "min_runs": 3, "max_runs": 6, "budget_seconds": 0.2, "stability": 0.5}
+    timing = [LatencyTask(str(out / "artifacts" / a), "cpu", backend, lat, {}) for a in ids]
+    todo = {c.artifact.id: c for c in cells if c.probe == "example"}
+    timed = list(dispatch.latency(timing, todo, timeout=matrix.run.timeout, log=log, stats=stats))
+    assert sorted(c.artifact.id for c in timed) == sorted(ids) and all(c.latency and c.latency.runs >= 3 for c in timed)
 
 
 def _mismatch(**changes: object) -> tuple[CellRecord, str]:
