@@ -13,14 +13,15 @@ NaN must meet NaN, inf an inf of the same sign, and shapes and dtypes must agree
 
 Failing cells it reproduces (runtimes that share a failure are grouped):
 
-- onnxruntime-openvino==1.23.0 (openvino), probes example, batch5, batch3: load-fail: [ONNXRuntimeError] : 6 :
-    RUNTIME_EXCEPTION : Exception during initialization: node_index < nodes_.size() was false. Validating no unexpected access
-    using an invalid node_index. Got:7810774882793322868 Max:3
+- onnxruntime-openvino==1.23.0 (openvino), probes example, batch5, batch3: crash: worker killed by SIGSEGV while creating the
+    session
 
 Reproduce, one fresh environment per runtime pin (exit status 1: the failure reproduced; 0: every probe passes):
 
     pip install "onnxruntime-openvino==1.23.0" "numpy"
     python repro.py --provider openvino
+
+A crash kills this process (signal, no summary line); a timeout makes it hang.
 """
 
 import argparse
