@@ -27,7 +27,7 @@ from nox.command import CommandFailed
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from harness import lock, plan, stamps  # noqa: E402
+from harness import lock, plan, published, stamps  # noqa: E402
 from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
 from harness.cli import matrix_options  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
@@ -212,6 +212,8 @@ def report(session: nox.Session) -> None:
     """Gather the shards into results/ (matrix.jsonl, README.md)."""
     _stopped(session)
     ns = _options(session.posargs)
+    if why := published.results_out_of_tree():
+        session.error(why)
     session.install(*REPORT_PKGS)
     _harness(session)
     wall = []
@@ -227,6 +229,8 @@ def matrix(session: nox.Session) -> None:
     """The whole job: export → run on every runtime of the profile → report; a stage that is up to
     date (harness.plan: same inputs, same files, every cache entry whole) is not started."""
     ns = _options(session.posargs)
+    if why := published.results_out_of_tree():
+        session.error(why)
     # One writer per build folder: held by this nox process until it exits (every session it queues runs in it)
     # and handed to the stages it starts; a second `nox -s matrix` on the same --out is refused here, at once.
     try:

@@ -10,7 +10,9 @@ exporter or runtime is involved.
     python bench/cuda_reference.py --out build            # the export's folder
     python bench/cuda_reference.py --out build --json     # one JSON line per case × probe
 
-It needs torch built with CUDA and the corpus (matrix.toml's [corpus]); bench/gpu_check.sh runs it
+The report joins it into the verdicts (:mod:`harness.gpuref`): each mismatch of an NVIDIA column says whether
+torch on the GPU agrees with the CPU reference. It needs torch built with CUDA and the corpus (matrix.toml's
+[corpus]); bench/device_check.sh and bench/gpu_check.sh run it
 with the interpreter named by TORCH_PYTHON (default python3) when that torch sees a GPU. It writes
 ``<out>/cuda_reference.jsonl``. Exit status 0 whatever it finds; 2 without a CUDA device or export.
 """
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         for probe in rec.probes:
             inputs = [torch.from_numpy(np.array(v)).to(device) for v in layout.probe_inputs(ref, probe).values()]
             want = layout.probe_outputs(ref, probe)
-            row: dict[str, Any] = {"case": case_name, "probe": probe}
+            # The reference it compared with: the report joins a row only into cells of the export that wrote it.
+            row: dict[str, Any] = {"case": case_name, "probe": probe, "reference_sha256": rec.reference_sha256}
             try:
                 torch.manual_seed(0)
                 with torch.no_grad():

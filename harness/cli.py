@@ -428,6 +428,10 @@ def _answer(args: argparse.Namespace) -> int:
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
     source = str(published.table_path(args.results or published.default_results()))
+    # A runtime only a profile of its own measured: that profile's table.
+    if args.results is None and (found := recommend.table_for(args.runtime, source)) != source:
+        _note(f"answering from {found} (the profile that measured {args.runtime})")
+        source = found
     if partial := published.read_partial(source):
         _note(f"{source} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}; its answer may change")
     runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)

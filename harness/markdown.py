@@ -148,6 +148,8 @@ class Readme:
     loads: Mapping[str, Mapping[str, Any]]
     runtimes: Sequence[str]
     rewrites: Sequence[Rewrite]
+    beside: Sequence[Mapping[str, Any]] = ()
+    """:func:`harness.published.published_beside`: the columns of profiles published in folders inside this one."""
 
 
 def readme(r: Readme) -> str:
@@ -170,6 +172,7 @@ def readme(r: Readme) -> str:
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], r.counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
     lines += _runtime_summary(r.folded, columns, cases, r.unmeasured)
+    lines += _beside_lines(r.beside)
     if r.figures:
         lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in r.figures] + [""]
     lines += _trend_lines(r.trend)
@@ -187,6 +190,34 @@ def readme(r: Readme) -> str:
         lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(symptom, 110))}" if symptom else ""))
     lines += ["", "## Environment", "", "```json", json.dumps(r.env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
+
+
+def _beside_lines(beside: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The columns other profiles published beside this table (GPU, OpenVINO): package and version, provider and
+    precision, the device, the date measured, the cells by outcome, a link to that profile's README."""
+    if not beside:
+        return []
+    failed = {s.value for s in Status} - {s.value for s in (Status.PASS, Status.MISMATCH, Status.SKIPPED, Status.UNAVAILABLE)}
+    rows = []
+    for b in beside:
+        counts, why = b["counts"], b["not_measured"]
+        row = [f"[{b['runtime']}]({b['folder']}/README.md)", f"`{b['column']}`", _md_escape(str(b["device"])), b["measured"]]
+        if why:
+            row += [f"not measured: {_md_escape(shorten(why, 100))}", "", "", ""]
+        else:
+            row += [counts.get(Status.PASS.value, 0), counts.get(Status.MISMATCH.value, 0)]
+            row += [sum(n for st, n in counts.items() if st in failed), counts.get(Status.UNAVAILABLE.value, 0)]
+        rows.append(row)
+    headers = ["runtime", "column", "device", "measured", "pass", "mismatch", "failed", "unavailable"]
+    return [
+        "## Columns published beside this table",
+        "",
+        "Profiles measured on other machines or runtimes publish in folders of their own (each with its page, "
+        "README and environment); their columns, with the device each computed on and when:",
+        "",
+        tabulate(rows, headers=headers, tablefmt="github"),
+        "",
+    ]
 
 
 def _head_lines(r: Readme, cases: list[str], columns: list[str]) -> list[str]:

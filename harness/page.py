@@ -126,6 +126,7 @@ def data(
     counts: Mapping[str, int],
     frontier: Mapping[str, Mapping[str, Any]] | None = None,
     answers: Sequence[Answer] = (),
+    beside: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
     ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
@@ -150,6 +151,7 @@ def data(
         "profile": environment.get("profile"),
         "wall_seconds": environment.get("wall_seconds"),
         "partial": list(environment.get("partial") or []),
+        "beside": list(beside),  # harness.published.published_beside: columns of profiles published inside this one
         "counts": dict(counts),
         "statuses": [[s.value, _SYMBOLS.get(s, s.symbol), legend[s]] for s in statuses],
         "columns": [

@@ -34,6 +34,64 @@ def default_results() -> Path:
         return here
 
 
+def results_out_of_tree(root: Path | None = None) -> str | None:
+    """Why the checkout at ``root`` (this package's) cannot publish now, or None: its ``results/`` is out of the
+    working tree (git's sparse checkout, which ``bench/device_check.sh prepare`` sets so that a device call
+    carries no published table). A report written there would sit under files git no longer looks at."""
+    import subprocess
+
+    root = root or Path(__file__).resolve().parent.parent
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-t", "--", "results/README.md"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a git checkout, or no git: nothing can be out of its tree
+    if not listed.startswith("S "):
+        return None
+    return (
+        f"{root / 'results'} is out of the working tree (git sparse checkout, for a device call): "
+        "run `bash bench/device_check.sh restore` (or `git sparse-checkout disable`), then publish"
+    )
+
+
+def published_beside(results: Path) -> list[dict[str, Any]]:
+    """One row per column of each profile published in a folder of its own inside ``results`` (``results/gpu/``,
+    ``results/openvino/``), for the default table to list beside its own: the profile and its folder, the runtime
+    pin and column, the device it computed on (the GPU for an NVIDIA column), when it was measured, its cells by
+    status, and why it was not measured where it is one runtime-wide record."""
+    from collections import Counter
+
+    rows: list[dict[str, Any]] = []
+    for table in sorted(results.glob("*/matrix.jsonl")):
+        try:
+            env = json.loads((table.parent / "environment.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            env = {}
+        counts: dict[tuple[str, str], Counter[str]] = {}
+        wide: dict[tuple[str, str], str] = {}
+        for cell in read_cells(table, spread=False):
+            counts.setdefault((cell.runtime, cell.provider), Counter())[cell.status.value] += 1
+            if cell.runtime_wide:
+                wide[(cell.runtime, cell.provider)] = f"{cell.status.value}: {cell.error_line}"
+        for pin, column in sorted(counts, key=lambda k: (runtime_key(k[0]), k[1])):
+            machine = (env.get("runtimes") or {}).get(pin) or {}
+            nvidia = runtimes.provider(column).device == "nvidia"
+            rows.append(
+                {
+                    "profile": env.get("profile") or table.parent.name,
+                    "folder": table.parent.name,
+                    "runtime": pin,
+                    "column": column,
+                    "device": machine.get("gpu" if nvidia else "cpu") or "?",
+                    "measured": env.get("generated") or "?",
+                    "counts": dict(counts[(pin, column)]),
+                    "not_measured": wide.get((pin, column)),
+                }
+            )
+    return rows
+
+
 def read_frontier(table: str | Path) -> dict[str, dict[str, Any]]:
     """``frontier.json`` beside a published ``matrix.jsonl``: what each runtime loads ({} without one)."""
     path = Path(table).with_name("frontier.json")

@@ -72,6 +72,21 @@ class Answer:
         return self.options[0] if self.options and self.options[0].ok else None
 
 
+def table_for(spec: str, source: str) -> str:
+    """The published table that measured runtime ``spec``: ``source`` (``results/matrix.jsonl``) when it did, else the
+    first profile folder beside it that did (``results/gpu/``, ``results/openvino/``), so ``--runtime ortgpu-1.31.1
+    --provider cuda`` needs no ``--results``; ``source`` when none did (its refusal names the nearest measured)."""
+    from harness.published import read_pins
+
+    for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
+        try:
+            resolve_runtime(spec, read_pins(table), table)
+        except (HarnessError, OSError):
+            continue
+        return table
+    return source
+
+
 def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
     """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (any kind's session id: ``ortgpu-1.31.1``, ``trt-10.13.3.9``)
     → one of the ``measured`` pins, or one line naming the nearest measured ones (or saying that it is not a version)."""

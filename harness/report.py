@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,11 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, frontier, history, layout, markdown, page, plots, recommend, runtimes, staged, stamps
+from harness import cache, frontier, gpuref, history, layout, markdown, page, plots, recommend, runtimes, staged, stamps
 from harness.errors import HarnessError
 from harness.markdown import LEGEND
 from harness.matrix import Profile, version_tuple
-from harness.published import CASES, REWRITES, column_label, group_by, runtime_order, why, worst
+from harness.published import CASES, REWRITES, column_label, group_by, published_beside, runtime_order, why, worst
 from harness.records import CellRecord, ExportRecord, Status, by_written_opset, spread
 from harness.repro import FAILING, write_repros
 from harness.staged import Staged
@@ -73,7 +74,10 @@ def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[
         )
     if not cells:
         raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
-    return cells, exports, found
+    rows, left_out = gpuref.read(out, exports)  # torch on the GPU, for the mismatches of NVIDIA columns
+    if left_out:
+        print(f"report: second reference {left_out}", file=sys.stderr)
+    return gpuref.join(cells, rows), exports, found
 
 
 def build(
@@ -162,9 +166,10 @@ def _build(
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
     safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
     stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
+    beside = published_beside(results)
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
-        frontier=loads, answers=safe,
+        frontier=loads, answers=safe, beside=beside,
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -175,6 +180,7 @@ def _build(
             df, exports, environment, counts, profile, folded, safe, trend, figures,
             unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
             unmeasured_pins=unmeasured, loads=loads, runtimes=[rt.pin for rt in profile.runtimes], rewrites=rewrites,
+            beside=beside,
         )
     )  # fmt: skip
     stage.write_text(results / "README.md", text)
@@ -372,6 +378,8 @@ def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "repro": _repro(c, repros),
     }
     data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
+    if runtimes.provider(c.provider).device == "nvidia":  # every GPU cell names the GPU it ran on
+        data["gpu"] = c.env.get("gpu") or "?"
     if c.error_class != "EnvironmentError":
         return data
     data["error"] = c.error  # a broken environment is one record: keep its whole diagnosis

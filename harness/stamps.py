@@ -142,13 +142,15 @@ def report_code() -> tuple[str, ...]:
 
 def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
     """A digest of what the report reads: the manifest, every artifact's record (by its export's
-    content address: cards, claims, graphs), the profile's shards, the harness's code."""
+    content address: cards, claims, graphs), the profile's shards, the reports published inside its folder
+    (``results/openvino/``: their environment.json changes with each), the harness's code."""
     from harness import frontier
 
     files = [
         out / layout.MANIFEST,
         *(layout.shard_path(out, rt, p) for rt, p in profile.shards()),
         *(frontier.result_path(out, rt.id) for rt in profile.runtimes),
+        *sorted(results.glob("*/environment.json")),  # profiles published beside it, which its README lists
     ]
     hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
     stamp = cache.read_json(out / layout.EXPORT_STAMP)

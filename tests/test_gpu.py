@@ -120,9 +120,9 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
             r"providers\.cuda\.options: cudnn_conv_algo_search: must be a string, number or boolean",
         ),
         (
-            'runtimes = ["onnxruntime-gpu==1.31.1", "tensorrt==10.13.3.9"]\nproviders = ["cuda", "tensorrt"]',
-            'runtimes = ["onnxruntime-gpu==1.31.1", "tensorrt==10.13.3.9"]\nproviders = ["cuda"]',
-            r"profiles\.gpu\.providers: tensorrt==10.13.3.9 offers none of the providers cuda \(it offers tensorrt\)",
+            'runtimes = ["onnxruntime-gpu==1.31.1", "tensorrt==10.13.3.9"]\nproviders = ["cpu", "cuda", "tensorrt"]',
+            'runtimes = ["onnxruntime-gpu==1.31.1", "tensorrt==10.13.3.9"]\nproviders = ["cpu", "cuda"]',
+            r"profiles\.gpu\.providers: tensorrt==10.13.3.9 offers none of the providers cpu, cuda \(it offers tensorrt\)",
         ),
         (
             'runtimes = ["onnxruntime==1.17.3", "onnxruntime==1.32.0"]\nproviders = ["cpu"]',

@@ -49,7 +49,11 @@ def _hostile_page(tmp_path: Path) -> Path:
         environment={"generated": "2026-12-01 00:00 UTC", "profile": "test"},
         legend=LEGEND,
         counts={"pass": 2, "mismatch": 1},
-    )
+        beside=[  # a column published beside it (results/gpu/), its device a hostile string too
+            {"folder": "gpu", "runtime": "onnxruntime-gpu==1.31.1", "column": "cuda", "device": HOSTILE_CARD,
+             "measured": "2026-12-01 00:00 UTC", "counts": {"pass": 7, "mismatch": 2}, "not_measured": None},
+        ],
+    )  # fmt: skip
     path = tmp_path / "index.html"
     path.write_text(page.render(payload), encoding="utf-8")
     return path
@@ -77,6 +81,11 @@ def test_hostile_strings_stay_text_in_the_browser(chromium: Any, tmp_path: Path)
         assert HOSTILE_ERROR in details.text_content()
         assert "<b id=injected>bold</b>" in details.text_content()
         assert p.page.locator("#injected").count() == 0 and p.page.locator("img").count() == 0
+        beside = p.page.locator("#beside li")
+        assert beside.count() == 1 and p.page.locator("#beside a").get_attribute("href") == "gpu/index.html"
+        assert beside.text_content() == (
+            f"onnxruntime-gpu==1.31.1 cuda on {HOSTILE_CARD}, measured 2026-12-01 00:00 UTC: 7 pass, 2 mismatch, 0 unavailable"
+        )
         assert p.dialogs == [] and p.errors == []
     finally:
         p.close()
@@ -327,7 +336,11 @@ def test_a_partial_report_says_so_above_everything(chromium: Any, tmp_path: Path
         environment={"generated": "2026-12-01 00:00 UTC", "profile": "test", "partial": [why]},
         legend=LEGEND,
         counts={"pass": 2, "mismatch": 1},
-    )
+        beside=[  # a column published beside it (results/gpu/), its device a hostile string too
+            {"folder": "gpu", "runtime": "onnxruntime-gpu==1.31.1", "column": "cuda", "device": HOSTILE_CARD,
+             "measured": "2026-12-01 00:00 UTC", "counts": {"pass": 7, "mismatch": 2}, "not_measured": None},
+        ],
+    )  # fmt: skip
     path = tmp_path / "index.html"
     path.write_text(page.render(payload), encoding="utf-8")
     p = Page(chromium, path.as_uri())
