@@ -23,6 +23,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -81,6 +82,7 @@ def library_path() -> str:
 def facts() -> dict[str, object]:
     """The machine: GPU, driver, CUDA and cuDNN as nvidia-smi and torch see them; Python and packages."""
     found: dict[str, object] = {"host": platform.node(), "python": platform.python_version(), "machine": platform.machine()}
+    found["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if shutil.which("nvidia-smi"):
         query = "name,driver_version,memory.total,compute_cap"
         proc = subprocess.run(

@@ -208,12 +208,13 @@ def _beside_lines(beside: Sequence[Mapping[str, Any]]) -> list[str]:
             row += [counts.get(Status.PASS.value, 0), counts.get(Status.MISMATCH.value, 0)]
             row += [sum(n for st, n in counts.items() if st in failed), counts.get(Status.UNAVAILABLE.value, 0)]
         rows.append(row)
-    headers = ["runtime", "column", "device", "measured", "pass", "mismatch", "failed", "unavailable"]
+    headers = ["runtime", "column", "device", "date", "pass", "mismatch", "failed", "unavailable"]
     return [
         "## Columns published beside this table",
         "",
         "Profiles measured on other machines or runtimes publish in folders of their own (each with its page, "
-        "README and environment); their columns, with the device each computed on and when:",
+        "README and environment); their columns, with the device each computed on and the date (measured, where the "
+        "machine recorded it in its device.json; else published):",
         "",
         tabulate(rows, headers=headers, tablefmt="github"),
         "",

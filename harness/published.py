@@ -64,10 +64,8 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for table in sorted(results.glob("*/matrix.jsonl")):
-        try:
-            env = json.loads((table.parent / "environment.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            env = {}
+        env = _json_beside("environment", table)
+        machine_facts = _json_beside("device", table)
         counts: dict[tuple[str, str], Counter[str]] = {}
         wide: dict[tuple[str, str], str] = {}
         for cell in read_cells(table, spread=False):
@@ -84,12 +82,22 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                     "runtime": pin,
                     "column": column,
                     "device": machine.get("gpu" if nvidia else "cpu") or "?",
-                    "measured": env.get("generated") or "?",
+                    # When the machine measured it (device.json, bench/device_check.sh), else when it was published.
+                    "measured": machine_facts.get("measured") or env.get("generated") or "?",
                     "counts": dict(counts[(pin, column)]),
                     "not_measured": wide.get((pin, column)),
                 }
             )
     return rows
+
+
+def _json_beside(name: str, table: Path) -> dict[str, Any]:
+    """``<name>.json`` beside a published table; empty where it is missing or not a JSON object."""
+    try:
+        found = json.loads((table.parent / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def read_frontier(table: str | Path) -> dict[str, dict[str, Any]]:

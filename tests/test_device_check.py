@@ -233,6 +233,7 @@ def test_the_default_table_lists_the_columns_published_beside_it_and_recommend_f
     cuda, cpu = columns[("onnxruntime-gpu==1.31.1", "cuda")], columns[("onnxruntime-gpu==1.31.1", "cpu")]
     assert cuda["not_measured"].startswith("unavailable: CUDAExecutionProvider") and cuda["device"] == "none"  # no GPU here
     assert cpu["not_measured"] is None and cpu["counts"]["pass"] > 0 and cpu["device"] not in ("?", "none")
+    assert cuda["measured"] == json.loads((results / "gpu" / "device.json").read_text())["measured"]  # the machine's date
     text = "\n".join(_beside_lines(rows))
     assert "[onnxruntime-gpu==1.31.1](gpu/README.md) | `cuda`" in text and "not measured: unavailable" in text
     for cell in _cells(results / "gpu" / "matrix.jsonl"):  # every record of an NVIDIA column names its GPU
