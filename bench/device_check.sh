@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check: profile `gpu` on the GPU machine the `device` tool lends (one NVIDIA H200, no network,
-# Python 3.12 with torch 2.11 + CUDA 13, no onnxruntime-gpu, no TensorRT), in ONE call of about 7 minutes.
+# Python 3.12 with torch 2.11 + CUDA 13, no onnxruntime-gpu, no TensorRT), in ONE call of about 6 minutes.
 # Everything that can be done without a GPU is done here, before and after that call:
 #
 #   bash bench/device_check.sh prepare      # here: export profile gpu (opset 18, both exporters) into build-gpu/,
@@ -12,7 +12,7 @@
 #   bash bench/device_check.sh restore      # here: results/ back into the checkout (collect does it too)
 #   bash bench/device_check.sh dry-run DIR  # all of it on this CPU machine, into DIR, the checkout untouched
 #
-# `remote`, on the device machine, within DEVICE_CHECK_SECONDS (default 420), each step under a timeout of
+# `remote`, on the device machine, within DEVICE_CHECK_SECONDS (default 360: with the start, a warm rerun still fits 15 minutes), each step under a timeout of
 # its own so a slow step still leaves every finished cell (the run stage appends each cell as it comes):
 #   1. unpacks the carried onnxruntime-gpu and the export; builds a run environment of its own (a venv holding
 #      that onnxruntime-gpu, the machine's numpy/protobuf/flatbuffers/packaging and the harness: the machine's
@@ -85,7 +85,7 @@ prepare() {
   say "the call carries ${tree} MiB of tree and ${pack} MiB of $PACK (limit ${LIMIT_MIB} MiB)"
   if python3 -c "import sys; sys.exit(0 if $tree + $pack <= $LIMIT_MIB else 1)"; then
     say "ready. The one device call (device tool \`run\`):"
-    echo "  command: bash bench/device_check.sh remote    carry: [\"${PACK#"$ROOT"/}\"]    timeout_s: 480"
+    echo "  command: bash bench/device_check.sh remote    carry: [\"${PACK#"$ROOT"/}\"]    timeout_s: 400  (a warm rerun still fits the 15 minutes)"
     echo "then: bash bench/device_check.sh collect <the call's files_at folder>   (brings results/ back)"
   else
     restore >/dev/null
@@ -155,7 +155,7 @@ left() { echo $((BUDGET - (SECONDS - start) - RESERVE)); }
 min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
 remote() {
-  BUDGET=${DEVICE_CHECK_SECONDS:-420}
+  BUDGET=${DEVICE_CHECK_SECONDS:-360}
   RESERVE=20  # packing $OUT
   local out=${OUT:-$ROOT/build-device-out} work=${DEVICE_CHECK_WORK:-/tmp/device_check}
   HOST_PY=${DEVICE_CHECK_PYTHON:-python3}  # the machine's python: torch with CUDA, onnx, numpy (3.12 on the H200)

@@ -254,7 +254,9 @@ def run_cells(task: CellTask) -> Iterator[Event]:
 def _probes(
     be: Backend, art: Path, rec: ExportRecord, ref: Any, session: Session, base: CellRecord, probes: Sequence[str], task: CellTask
 ) -> Iterator[Event]:
-    """Each probe's verdict on a loaded session, then the worker's timing."""
+    """Each probe's verdict on a loaded session, then the worker's timing. (62 lines: the one loop the contract
+    promises every backend, read top to bottom per probe: run, compare, the fallback and placement checks once,
+    localize a mismatch, emit; split up, its per-probe state would travel between functions.)"""
     inference = localizing = 0.0
     placed = False
     reuse: dict[str, Any] = {}
