@@ -58,8 +58,8 @@ export_and_pack() {  # the export of profile gpu, packed with every file the run
   say "export: $export_cmd --matrix $MATRIX --profile $PROFILE --out $BUILD ${cases[*]}"
   $export_cmd --matrix "$MATRIX" --profile "$PROFILE" --out "$BUILD" "${cases[@]}" || die "the export failed (see above); nothing was packed"
   mkdir -p "$PACK"
-  (cd "$BUILD" && tar -cf - manifest.json export.stamp.json artifacts $(ls -d frontier/models frontier/index.json 2>/dev/null)) \
-    | xz -6 -T1 > "$PACK/export.tar.xz.tmp" && mv "$PACK/export.tar.xz.tmp" "$PACK/export.tar.xz" || die "packing the export failed"
+  python3 bench/device_env.py --pack "$PACK/export.tar.xz" "$BUILD" manifest.json export.stamp.json artifacts frontier/models \
+    || die "packing the export failed"
   say "packed $(du -h "$PACK/export.tar.xz" | cut -f1) of export into $PACK/export.tar.xz"
 }
 
@@ -107,7 +107,7 @@ collect() {  # DIR: the device call's files (device_check.tar.xz, environment.js
   [ -n "${DEVICE_CHECK_DRY:-}" ] || restore
   local got
   got=$(mktemp -d)
-  tar -xJf "$from/device_check.tar.xz" -C "$got" || die "$from/device_check.tar.xz is damaged; nothing gathered"
+  python3 bench/device_env.py --unpack "$from/device_check.tar.xz" "$got" || die "$from/device_check.tar.xz is damaged; nothing gathered"
   # gather refuses a shard that is unsealed, cut short, damaged or of other artifacts, before writing any
   $harness gather --matrix "$MATRIX" --profile "$PROFILE" --out "$BUILD" "$got/shards" || die "the device's shards were refused (above): nothing published"
   cp "$from/environment.json" "$BUILD/device.json" 2>/dev/null || true
@@ -169,8 +169,8 @@ remote() {
   [ -n "$ort" ] && [ -f "$PACK/export.tar.xz" ] || die "$PACK lacks ort-site.tar.xz or export.tar.xz: run prepare here first, and carry $PACK"
   timeout 60 nvidia-smi || say "nvidia-smi: not here (no NVIDIA driver): every GPU column will say so"
   rm -rf "$work/ort-site" "$work/venv" && mkdir -p "$work/ort-site" "$BUILD"
-  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" "$ort" "$work/ort-site" || die "unpacking onnxruntime-gpu failed"
-  tar -xJf "$PACK/export.tar.xz" -C "$BUILD" || die "unpacking the export failed"
+  "$HOST_PY" bench/device_env.py --unpack "$ort" "$work/ort-site" || die "unpacking onnxruntime-gpu failed"
+  "$HOST_PY" bench/device_env.py --unpack "$PACK/export.tar.xz" "$BUILD" || die "unpacking the export failed"
   local py
   py=$("$HOST_PY" bench/device_env.py --site "$work/ort-site" --venv "$work/venv" --facts "$out/environment.json") || die "the run environment could not be made (above)"
   eval "$("$HOST_PY" bench/device_env.py --library-path)"  # torch's CUDA 13 and cuDNN 9 libraries, for every worker
@@ -186,7 +186,8 @@ remote() {
     say "$HOST_PY has no torch that sees a GPU: no second reference (the report joins none)"
   fi
   step "$(left)" "latency: $ORT_PIN (every cell reused)" "${run[@]}" --runtime "$ORT_PIN"
-  (cd "$BUILD" && tar -cf - shards $(ls -d frontier/*.json logs cuda_reference.jsonl 2>/dev/null)) | xz -6 -T4 > "$out/device_check.tar.xz"
+  "$HOST_PY" bench/device_env.py --pack "$out/device_check.tar.xz" "$BUILD" shards logs cuda_reference.jsonl \
+    $(cd "$BUILD" && ls frontier/*.json 2>/dev/null)
   "$HOST_PY" bench/device_env.py --summary "$BUILD/shards"
   say "done in $((SECONDS - start))s: $(ls "$out" | tr '\n' ' ')"
   exec >&- 2>&-

@@ -5,6 +5,7 @@
     python3 bench/device_env.py --smoke-model M.onnx                        # the smoke test's model (with onnx)
     VENV/bin/python bench/device_env.py --smoke M.onnx                      # a Conv on CUDA against the CPU
     python3 bench/device_env.py --summary SHARDS                            # one line per shard
+    python3 bench/device_env.py --pack A.tar.xz DIR NAME... | --unpack A DIR   # tar.xz with Python's lzma
 
 The run environment is what a nox `run` session would make, from what the machine has (no network there): a venv
 of its own (not the machine's site-packages, whose onnxruntime 1.30 CPU build would sit beside onnxruntime-gpu
@@ -148,6 +149,28 @@ def smoke(path: Path) -> int:
     return 0 if ok else 1
 
 
+def pack(archive: Path, folder: Path, names: list[str]) -> None:
+    """``names`` (under ``folder``, those that exist) into ``archive`` as tar.xz, written beside it and renamed: the
+    standard library's lzma, so neither machine needs the xz program."""
+    import tarfile
+
+    part = archive.with_name(archive.name + ".part")
+    with tarfile.open(part, "w:xz", preset=6) as tar:
+        for name in names:
+            if (folder / name).exists():
+                tar.add(folder / name, arcname=name)
+    part.replace(archive)
+
+
+def unpack(archive: Path, folder: Path) -> None:
+    """A tar archive (any compression) into ``folder``, nothing outside it (the ``data`` filter)."""
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+
+
 def summary(shards: Path) -> None:
     for shard in sorted(shards.glob("*.jsonl")):
         cells = []
@@ -173,8 +196,14 @@ def main() -> int:
     ap.add_argument("--smoke-model", type=Path, help="write the smoke test's model here (needs onnx)")
     ap.add_argument("--smoke", type=Path, help="run the smoke test's model on CUDA and the CPU")
     ap.add_argument("--summary", type=Path)
+    ap.add_argument("--pack", nargs="+", metavar=("ARCHIVE", "FOLDER"), help="ARCHIVE FOLDER NAME...: tar.xz of those names")
+    ap.add_argument("--unpack", nargs=2, type=Path, metavar=("ARCHIVE", "FOLDER"))
     args = ap.parse_args()
-    if args.library_path:
+    if args.pack:
+        pack(Path(args.pack[0]), Path(args.pack[1]), args.pack[2:])
+    elif args.unpack:
+        unpack(*args.unpack)
+    elif args.library_path:
         print(f"export LD_LIBRARY_PATH='{library_path()}'")
     elif args.smoke_model:
         smoke_model(args.smoke_model)
