@@ -113,7 +113,8 @@ collect() {  # DIR: the device call's files (device_check.tar.xz, environment.js
   cp "$from/environment.json" "$BUILD/device.json" 2>/dev/null || true
   [ -f "$got/cuda_reference.jsonl" ] && cp "$got/cuda_reference.jsonl" "$BUILD/cuda_reference.jsonl"
   mkdir -p "$BUILD/frontier" && cp "$got"/frontier/*.json "$BUILD/frontier/" 2>/dev/null  # what the device's runtime loads
-  if [ -z "${DEVICE_CHECK_DRY:-}" ] && ! grep -q '"status": "pass"' "$BUILD/shards/ortgpu-1.31.1-cuda.jsonl"; then
+  local passed="import json, sys; sys.exit(0 if any(json.loads(l).get('status') == 'pass' for l in open(sys.argv[1]) if l.strip()) else 1)"
+  if [ -z "${DEVICE_CHECK_DRY:-}" ] && ! python3 -c "$passed" "$BUILD/shards/ortgpu-1.31.1-cuda.jsonl"; then
     die "no CUDA cell passed on the device (see $from/device_check.log): nothing published in $dest"
   fi
   $report_cmd --matrix "$MATRIX" --profile "$PROFILE" --out "$BUILD" --results "$dest" || die "the report failed (above)"

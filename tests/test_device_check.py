@@ -104,7 +104,7 @@ def test_the_second_reference_ran_against_the_carried_export_and_the_report_is_p
     assert "not measured here" in (published / "README.md").read_text()
 
 
-def test_collect_refuses_a_cut_short_shard_and_publishes_nothing(dry: Path, tmp_path: Path) -> None:
+def test_collect_refuses_a_cut_short_shard_or_a_gpu_that_ran_nothing_and_publishes_nothing(dry: Path, tmp_path: Path) -> None:
     """A shard the deadline cut (its last line half written, its seal not matching) is refused by gather."""
     import tarfile
 
@@ -131,6 +131,16 @@ def test_collect_refuses_a_cut_short_shard_and_publishes_nothing(dry: Path, tmp_
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "ortgpu-1.31.1-cpu.jsonl" in proc.stdout + proc.stderr and "nothing published" in proc.stderr
     assert not results.exists() and not (build / "shards").exists()
+
+    # The whole shards of a machine where CUDA did not run: gathered, but not published as the GPU's table.
+    shutil.copy(dry / "out" / "device_check.tar.xz", call / "device_check.tar.xz")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "collect", str(call)],
+        env=_env(DEVICE_CHECK_BUILD=str(build), DEVICE_CHECK_RESULTS=str(results)),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no CUDA cell passed on the device" in proc.stderr, proc.stdout + proc.stderr
+    assert not results.exists()
 
 
 def _git(cwd: Path, *args: str) -> str:
