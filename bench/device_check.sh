@@ -36,6 +36,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODE=${1:-}
 MATRIX=${DEVICE_CHECK_MATRIX:-matrix.toml}
+MATRIX_ARG=()  # nox's sessions read the project's matrix.toml and take no --matrix: passed only when another is named
+[ -n "${DEVICE_CHECK_MATRIX:-}" ] && MATRIX_ARG=(--matrix "$DEVICE_CHECK_MATRIX")
 PROFILE=gpu
 BUILD=${DEVICE_CHECK_BUILD:-build-gpu}
 PACK=${DEVICE_CHECK_PACK:-.device}
@@ -55,8 +57,8 @@ export_and_pack() {  # the export of profile gpu, packed with every file the run
   local export_cmd=${DEVICE_CHECK_EXPORT:-nox -s export --}
   local cases=()
   [ -n "${DEVICE_CHECK_CASES:-}" ] && cases=(--cases "$DEVICE_CHECK_CASES")
-  say "export: $export_cmd --matrix $MATRIX --profile $PROFILE --out $BUILD ${cases[*]}"
-  $export_cmd --matrix "$MATRIX" --profile "$PROFILE" --out "$BUILD" "${cases[@]}" || die "the export failed (see above); nothing was packed"
+  say "export: $export_cmd ${MATRIX_ARG[*]} --profile $PROFILE --out $BUILD ${cases[*]}"
+  $export_cmd "${MATRIX_ARG[@]}" --profile "$PROFILE" --out "$BUILD" "${cases[@]}" || die "the export failed (see above); nothing was packed"
   mkdir -p "$PACK"
   python3 bench/device_env.py --pack "$PACK/export.tar.xz" "$BUILD" manifest.json export.stamp.json artifacts frontier/models \
     || die "packing the export failed"
@@ -117,7 +119,7 @@ collect() {  # DIR: the device call's files (device_check.tar.xz, environment.js
   if [ -z "${DEVICE_CHECK_DRY:-}" ] && ! python3 -c "$passed" "$BUILD/shards/ortgpu-1.31.1-cuda.jsonl"; then
     die "no CUDA cell passed on the device (see $from/device_check.log): nothing published in $dest"
   fi
-  $report_cmd --matrix "$MATRIX" --profile "$PROFILE" --out "$BUILD" --results "$dest" || die "the report failed (above)"
+  $report_cmd "${MATRIX_ARG[@]}" --profile "$PROFILE" --out "$BUILD" --results "$dest" || die "the report failed (above)"
   cp "$from/environment.json" "$dest/device.json" && cp "$from/device_check.log" "$dest/device_check.log"
   say "published $dest (the machine: $dest/device.json)"
 }
