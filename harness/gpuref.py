@@ -21,7 +21,6 @@ from harness.records import CellRecord, ExportRecord, Status
 from harness.runtimes import provider
 
 FILE = "cuda_reference.jsonl"
-NVIDIA = "nvidia"
 
 
 def read(out: Path, exports: Iterable[ExportRecord]) -> tuple[dict[tuple[str, str], dict[str, Any]], str | None]:
@@ -72,14 +71,7 @@ def join(cells: Iterable[CellRecord], rows: Mapping[tuple[str, str], Mapping[str
     joined = []
     for cell in cells:
         row = rows.get((cell.case, cell.probe)) if cell.status is Status.MISMATCH else None
-        if row is not None and _nvidia(cell.provider):
+        if row is not None and provider(cell.provider).nvidia:
             cell = cell.noted(verdict(row))
         joined.append(cell)
     return joined
-
-
-def _nvidia(column: str) -> bool:
-    try:
-        return provider(column).device == NVIDIA
-    except KeyError:
-        return False

@@ -74,14 +74,13 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                 wide[(cell.runtime, cell.provider)] = f"{cell.status.value}: {cell.error_line}"
         for pin, column in sorted(counts, key=lambda k: (runtime_key(k[0]), k[1])):
             machine = (env.get("runtimes") or {}).get(pin) or {}
-            nvidia = runtimes.provider(column).device == "nvidia"
             rows.append(
                 {
                     "profile": env.get("profile") or table.parent.name,
                     "folder": table.parent.name,
                     "runtime": pin,
                     "column": column,
-                    "device": machine.get("gpu" if nvidia else "cpu") or "?",
+                    "device": machine.get("gpu" if runtimes.provider(column).nvidia else "cpu") or "?",
                     # When the machine measured it (device.json, bench/device_check.sh), else when it was published.
                     "measured": machine_facts.get("measured") or env.get("generated") or "?",
                     "counts": dict(counts[(pin, column)]),

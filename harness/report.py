@@ -378,7 +378,7 @@ def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
         "repro": _repro(c, repros),
     }
     data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
-    if runtimes.provider(c.provider).device == "nvidia":  # every GPU cell names the GPU it ran on
+    if runtimes.provider(c.provider).nvidia:  # every GPU cell names the GPU it ran on
         data["gpu"] = c.env.get("gpu") or "?"
     if c.error_class != "EnvironmentError":
         return data

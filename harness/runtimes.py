@@ -60,6 +60,11 @@ class Provider:
     def columns(self) -> tuple[str, ...]:
         return tuple(column(self.name, q) for q in self.precisions)
 
+    @property
+    def nvidia(self) -> bool:
+        """It computes on an NVIDIA GPU: it needs the driver, and each of its cells names the GPU it ran on."""
+        return self.device == "nvidia"
+
 
 @dataclasses.dataclass(frozen=True)
 class Kind:

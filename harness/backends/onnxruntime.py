@@ -92,7 +92,7 @@ class OnnxRuntime(Backend):
             return f"{p.ep} is listed by {who} but {path.name} is not in {capi}"
         with contextlib.suppress(OSError):  # onnxruntime loads the bridge library first, globally
             ctypes.CDLL(str(capi / "libonnxruntime_providers_shared.so"), mode=ctypes.RTLD_GLOBAL)
-        driver = nvidia_driver_problem() if p.device == "nvidia" else None
+        driver = nvidia_driver_problem() if p.nvidia else None
         try:
             ctypes.CDLL(str(path))
         except OSError as exc:
