@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,21 +152,16 @@ def correctness(
     while tasks:
         rnd = _Round(records, stats, cells)
         rnd.states = {id(t): _State(list(t.probes)) for t in tasks}
-        pooled = [t for t in tasks if not t.fresh_after]
-        alone = [t for t in tasks if t.fresh_after]
-        runs = [(pooled, False), (alone, True)]
-        for outcome in (o for group, fresh in runs if group for o in run_tasks(
-            f"{ENTRY}:run_cells",
-            group,
+        for outcome in _pooled_then_alone(
+            "run_cells",
+            [t for t in tasks if not t.fresh_after],
+            [t for t in tasks if t.fresh_after],
             workers=workers,
             timeout=timeout,
-            init=f"{ENTRY}:init_worker",
-            initargs=(group[0].backend,),
             log=str(log),
-            fresh=fresh,
             admit=gate.admit,
             heartbeat=(30.0, _beat(progress)) if progress is not None else None,
-        )):  # fmt: skip
+        ):
             task = outcome.task
             started.setdefault(id(task), time.monotonic() - outcome.seconds)
             if outcome.kind == "item":
@@ -240,21 +235,21 @@ def latency(
     cell is yielded as soon as it is measured. A task whose worker died is timed again in a worker of its own (its
     death may be the sessions before it); one that fails there, or raises, leaves its cell untimed."""
     crashed: list[LatencyTask] = []
-    for fresh, group in ((False, tasks), (True, crashed)):
-        if not group:
-            continue
-        for outcome in run_tasks(
-            f"{ENTRY}:measure_latency",
-            group,
-            workers=1,
-            timeout=timeout,
-            init=f"{ENTRY}:init_worker",
-            initargs=(group[0].backend,),
-            log=str(log),
-            fresh=fresh,
-        ):
-            if outcome.kind == "ok" and isinstance(outcome.value, Timed):
-                stats.latency += outcome.value.busy_seconds
-                yield todo[Path(outcome.task.dir).name].replace(latency=outcome.value.latency, stage=Stage.LATENCY)
-            elif outcome.kind == "crash" and not fresh:
-                crashed.append(outcome.task)
+    for outcome in _pooled_then_alone("measure_latency", tasks, crashed, workers=1, timeout=timeout, log=str(log)):
+        if outcome.kind == "ok" and isinstance(outcome.value, Timed):
+            stats.latency += outcome.value.busy_seconds
+            yield todo[Path(outcome.task.dir).name].replace(latency=outcome.value.latency, stage=Stage.LATENCY)
+        elif outcome.kind == "crash" and outcome.task not in crashed:  # its first death: timed again, alone
+            crashed.append(outcome.task)
+
+
+def _pooled_then_alone(
+    function: str, pooled: Sequence[CellTask | LatencyTask], alone: Sequence[CellTask | LatencyTask], **options: Any
+) -> Iterator[Outcome]:
+    """:func:`harness.workers.run_tasks` of the contract's ``function`` over ``pooled`` (workers that take task after
+    task), then over ``alone`` (a fresh process each: tasks whose worker died, which may be what earlier sessions in
+    it left). ``alone`` is read once ``pooled`` is done: tasks added to it meanwhile run too."""
+    for group, fresh in ((pooled, False), (alone, True)):
+        if group:
+            init, initargs = f"{ENTRY}:init_worker", (group[0].backend,)
+            yield from run_tasks(f"{ENTRY}:{function}", list(group), init=init, initargs=initargs, fresh=fresh, **options)
