@@ -172,6 +172,8 @@ def unpack(archive: Path, folder: Path) -> None:
 
 
 def summary(shards: Path) -> None:
+    """One line per shard: its cells by status, how many were timed and with which copies; a column that is one
+    runtime-wide record, its reason. A line a deadline cut short is skipped."""
     for shard in sorted(shards.glob("*.jsonl")):
         cells = []
         for line in shard.read_text().splitlines():
@@ -180,8 +182,10 @@ def summary(shards: Path) -> None:
             except ValueError:  # a line cut short by a deadline
                 continue
         counts = Counter(c["status"] for c in cells)
-        timed = sum(1 for c in cells if c.get("latency"))
-        line = f"{shard.name}: {len(cells)} cells {dict(counts)}, {timed} timed"
+        timed = [c["latency"] for c in cells if c.get("latency")]
+        line = f"{shard.name}: {len(cells)} cells {dict(counts)}, {len(timed)} timed"
+        if timed:  # host: numpy arrays in and out of every run; device: IOBinding kept them on the GPU
+            line += f" (copies: {', '.join(sorted({t.get('copies', 'host') for t in timed}))})"
         if len(cells) == 1 and cells[0]["case"] == "*":
             line += f": {cells[0].get('error_line')}"
         print(line)

@@ -87,32 +87,7 @@ done
 
 step "$(left)" nox -s report -- --profile "$PROFILE" --out "$OUT" --results "$OUT/results/$PROFILE" || say "report ended with status $?"
 
-timeout 60 python3 - "$OUT" <<'EOF'
-import json, sys
-from collections import Counter
-from pathlib import Path
-
-
-def cells_of(text):
-    for line in text.splitlines():
-        try:
-            yield json.loads(line)
-        except ValueError:  # a line cut short by the deadline
-            continue
-
-
-out = Path(sys.argv[1])
-for shard in sorted((out / "shards").glob("*.jsonl")):
-    cells = list(cells_of(shard.read_text()))
-    counts = Counter(c["status"] for c in cells)
-    timed = [c["latency"] for c in cells if c.get("latency")]
-    line = f"{shard.name}: {len(cells)} cells {dict(counts)}"
-    if timed:
-        line += f", {len(timed)} timed (copies: {', '.join(sorted({t.get('copies', 'host') for t in timed}))})"
-    if len(cells) == 1 and cells[0]["case"] == "*":
-        line += f": {cells[0].get('error_line')}"
-    print(line)
-EOF
+timeout 60 python3 bench/device_env.py --summary "$OUT/shards"
 say "done in $((SECONDS - start))s"
 exec >&- 2>&-
 wait "$tee_pid"  # the log is whole before the script returns
