@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import layout
-from harness.backends.base import Cell, CellTask, LatencyTask, Loaded, Localizing, Timed, Timing
+from harness.backends.base import Cell, CellTask, LatencyTask, Loaded, Localizing, Retry, Timed, Timing
 from harness.progress import Progress
 from harness.records import CellRecord, ExportRecord, Stage, Status, first_line
 from harness.workers import MemoryGate, Outcome, run_tasks
@@ -70,6 +70,8 @@ class _State:
     done: set[str] = dataclasses.field(default_factory=set)
     localizing: str | None = None
     """The probe whose mismatch is being localized (its cell is already in)."""
+    retry: str = ""
+    """Why its probes run again in a worker of their own (:class:`harness.backends.base.Retry`)."""
 
     @property
     def left(self) -> list[str]:
@@ -93,7 +95,7 @@ class _Round:
         if isinstance(event, Cell):
             cell = event.cell.replace(cache_key=task.keys.get(event.cell.probe))
             if task.fresh_after:
-                cell = cell.noted(f"{FRESH} ({task.fresh_after}); a fresh worker ran it")
+                cell = cell.noted(f"{task.fresh_after}; a fresh worker ran it")
             self.cells[cell.key] = cell
             state.done.add(cell.probe)
             state.localizing = None
@@ -106,6 +108,8 @@ class _Round:
             self.stats.localize += event.localize
         elif isinstance(event, Localizing):
             state.localizing = event.probe
+        elif isinstance(event, Retry):
+            state.retry = event.reason
         return None
 
     def ended(self, task: CellTask, outcome: Outcome) -> tuple[list[CellRecord], CellTask | None]:
@@ -117,7 +121,9 @@ class _Round:
         if outcome.kind == "crash" and not task.fresh_after and state.left and state.localizing is None:
             # Not charged yet: the probes left run again in a worker of their own, and only a death there is theirs.
             where = "while creating the session" if not state.loaded else f"while running probe {state.left[0]}"
-            self.again.append(dataclasses.replace(task, probes=tuple(state.left), fresh_after=f"{outcome.value} {where}"))
+            state.retry = f"{FRESH} ({outcome.value} {where})"
+        if state.retry and not task.fresh_after and state.left:
+            self.again.append(dataclasses.replace(task, probes=tuple(state.left), fresh_after=state.retry))
             return [], self.again[-1]
         failed, rest = charge(self.record(task), task, outcome, state, self.cells)
         failed = [c.replace(cache_key=task.keys.get(c.probe)) for c in failed]

@@ -104,12 +104,20 @@ class Localizing:
 
 
 @dataclasses.dataclass(frozen=True)
+class Retry:
+    """The session failed to load with the runtime's own internal fault (:meth:`Backend.internal`) in a worker that
+    may have run other sessions: the run stage runs the task again in a worker of its own before charging it."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Timing:
     inference: float
     localize: float
 
 
-Event = Loaded | Cell | Localizing | Timing
+Event = Loaded | Cell | Localizing | Retry | Timing
 
 TOOK_NO_NODE = "ProviderTookNoNode"
 """The error class of a cell whose session held the column's provider but placed none of the graph's nodes on it:
@@ -187,6 +195,12 @@ class Backend(abc.ABC):
         """An error's line for the table (the same refusal reads the same on every machine)."""
         return error_line(message)
 
+    def internal(self, exc: Exception) -> bool:
+        """Whether a session-creation error is the runtime's own internal fault rather than its refusal of the model:
+        such a fault can be what earlier sessions left in the worker, so it is charged only once it repeats in a
+        worker of its own. None is, by default."""
+        return False
+
     def localize(self, art: Path, rec: ExportRecord, cell: CellRecord, feeds: Mapping[str, np.ndarray], want: list[np.ndarray],
                  task: CellTask, reuse: dict[str, Any]) -> CellRecord:  # fmt: skip
         """Where a mismatch starts, beyond its first differing output (``reuse`` keeps extra sessions per artifact)."""
@@ -238,6 +252,9 @@ def run_cells(task: CellTask) -> Iterator[Event]:
     except Exception as exc:
         pattern = runtimes.provider(task.column).unavailable
         status = Status.UNAVAILABLE if pattern and re.search(pattern, str(exc)) else Status.LOAD_FAIL
+        if status is Status.LOAD_FAIL and not task.fresh_after and be.internal(exc):
+            yield Retry(f"its session failed to load in a worker that ran others first ({first_line(str(exc))[:160]})")
+            return
         for cell in rec.each_probe(base, probes):
             yield Cell(_failed(be, cell, exc, t0, status))
         return

@@ -133,6 +133,11 @@ class OnnxRuntime(Backend):
         providers = session_providers(column, options, cache, threads)
         return self.ort.InferenceSession(str(path), sess_options=so, providers=providers)
 
+    def internal(self, exc: Exception) -> bool:
+        """onnxruntime's RUNTIME_EXCEPTION status: an exception inside the runtime (OpenVINO 1.23.0 now and then reads a
+        garbage node index after other sessions in the same process), not a refusal (INVALID_GRAPH, NOT_IMPLEMENTED …)."""
+        return "RUNTIME_EXCEPTION" in str(exc)
+
     def fell_back(self, session: Any, column: str, placement: Mapping[str, int] | None = None) -> str | None:
         """The session dropped the column's provider (its libraries, driver or device failed, or it refused its
         options), or holds it but placed none of the graph's nodes on it: either way the cell ran elsewhere."""
