@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import nox
 from nox.command import CommandFailed
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import lock, plan, published, stamps  # noqa: E402
 from harness.backends.gpu import nvidia_driver_problem  # noqa: E402
-from harness.cli import matrix_options  # noqa: E402
+from harness.cli import check_options, matrix_options  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from harness.matrix import load  # noqa: E402
 
@@ -69,6 +70,7 @@ def _options(posargs: list[str]) -> argparse.Namespace:
         known = ", ".join(a.option_strings[0] for a in ap._actions if a.option_strings)
         raise SystemExit(f"nox: unknown option(s) {' '.join(rest)}; use {known}")
     try:
+        check_options(ns, ROOT)  # an empty --cases, an --out that is the project itself: one line before anything runs
         MATRIX.profile(ns.profile)
         ns.requirements = stamps.requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
     except HarnessError as exc:
@@ -148,11 +150,11 @@ _STOPPED: list[str] = []
 def export(session: nox.Session) -> None:
     """Export every case × exporter × opset of the profile (torch env, plus the export requirements)."""
     ns = _options(session.posargs)
-    _install_torch(session)
-    session.install(*EXPORT_PKGS)
-    if ns.requirements:  # [export] requirements, --with, the corpus files' REQUIREMENTS: this env only, never a run env
-        _install_torch(session, *ns.requirements)
-    _harness(session)
+    try:
+        _export_env(session, ns)
+    except BaseException:  # a pin that does not exist (torch 9.9.9): nothing of this job may run on the last export
+        _STOPPED.append("the export environment did not install (see its error above)")
+        raise
     corpus = [a for c in ns.corpus for a in ("--corpus", c)]
     corpus += ["--only-corpus"] if ns.only_corpus else []
     corpus += ["--cases", ns.cases] if ns.cases else []
@@ -166,6 +168,15 @@ def export(session: nox.Session) -> None:
         if not manifest.is_file() or manifest.stat().st_mtime < started:  # nothing exported: nothing to run
             _STOPPED.append("the export stopped (see its error above)")
         raise
+
+
+def _export_env(session: nox.Session, ns: argparse.Namespace) -> None:
+    """The export environment: torch's CPU build, the export pins, the export requirements, the harness."""
+    _install_torch(session)
+    session.install(*EXPORT_PKGS)
+    if ns.requirements:  # [export] requirements, --with, the corpus files' REQUIREMENTS: this env only, never a run env
+        _install_torch(session, *ns.requirements)
+    _harness(session)
 
 
 def _stopped(session: nox.Session) -> None:
@@ -224,6 +235,20 @@ def report(session: nox.Session) -> None:
     session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
 
 
+def _hold(ns: argparse.Namespace, what: str, echo: Any) -> None:
+    """One writer per build folder and per results folder: both held by this nox process until it exits (every
+    session it queues runs in it) and handed to the stages it starts (:meth:`harness.lock.Lock.env`); a second
+    `nox -s matrix` on the same --out, or a `harness report` into this job's results, is refused at once."""
+    folders = [ROOT / ns.out]
+    if (ROOT / ns.results).resolve() != folders[0].resolve():
+        folders.append(ROOT / ns.results)
+    for folder in folders:
+        held = lock.acquire(folder, what, echo=echo, stage=False)
+        _LOCKS.append(held)
+        atexit.register(held.release)  # said free at a normal exit (a killed nox leaves its line: taken over)
+        os.environ.update(held.env())
+
+
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
     """The whole job: export → run on every runtime of the profile → report; a stage that is up to
@@ -231,16 +256,10 @@ def matrix(session: nox.Session) -> None:
     ns = _options(session.posargs)
     if why := published.results_out_of_tree():
         session.error(why)
-    # One writer per build folder: held by this nox process until it exits (every session it queues runs in it)
-    # and handed to the stages it starts; a second `nox -s matrix` on the same --out is refused here, at once.
     try:
-        _LOCKS.append(
-            lock.acquire(ROOT / ns.out, " ".join(["nox -s matrix", *session.posargs]), echo=session.log, stage=False)
-        )
+        _hold(ns, " ".join(["nox -s matrix", *session.posargs]), session.log)
     except HarnessError as exc:
         session.error(str(exc))
-    atexit.register(_LOCKS[-1].release)  # said free at a normal exit (a killed nox leaves its line: taken over)
-    os.environ.update(_LOCKS[-1].env())
     os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
     profile = MATRIX.profile(ns.profile)
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None

@@ -55,12 +55,15 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 def signature(path: str | os.PathLike[str]) -> list[int]:
-    """What changes whenever a file's bytes are written: size, modification time, inode and device. A file
-    whose signature is the one recorded when its hash was last checked need not be read again (a store of
-    real models is gigabytes; a warm rerun checks it in milliseconds). Not the change time: every hard link
-    made to a file changes it (the store's views, a reproducer's model), as git's ``core.trustctime`` notes."""
+    """What changes whenever a file's bytes are written: size, modification and change time, inode and device.
+    A file whose signature is the one recorded when its hash was last checked need not be read again (a store
+    of real models is gigabytes; a warm rerun checks it in milliseconds). The change time is what an edit in
+    place that puts the modification time back (``os.utime``, ``touch -d``, a restore) cannot put back; it
+    also moves when a hard link is made to the file or the file is renamed or its mode changed, so a
+    signature is recorded after the store links its views (:meth:`ExportStore.link`), and otherwise such a
+    change costs one more read of the file."""
     st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def verify(path: str | os.PathLike[str], sha: str, recorded: Iterable[int] | None = None) -> tuple[bool, list[int]]:
@@ -71,7 +74,7 @@ def verify(path: str | os.PathLike[str], sha: str, recorded: Iterable[int] | Non
         OSError: the file is missing or unreadable.
     """
     now = signature(path)
-    if recorded is not None and list(recorded) == now:
+    if isinstance(recorded, list) and recorded == now:
         return True, now
     return sha256_file(path) == sha, now
 
@@ -151,7 +154,6 @@ def unseal(line: str, *, verify: bool = True) -> tuple[dict[str, Any] | None, st
     return data, "ok"
 
 
-
 # Project files ------------------------------------------------------------
 
 _LIBRARY_DIRS = tuple(
@@ -193,7 +195,7 @@ def files_unchanged(files: Mapping[str, str]) -> str | None:
         try:
             if sha256_file(path) != sha:
                 return f"{path} changed"
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a path no file can have (a NUL in a damaged stamp)
             return f"{path} is gone"
     return None
 
@@ -223,9 +225,12 @@ def _listing(prefix: str, site: Iterable[str]) -> str | None:
 
 def environment_unchanged(env: Mapping[str, Any] | None) -> str | None:
     """None when the environment a stamp recorded still holds the same packages, else why not."""
-    if not env or not env.get("site"):
+    if not isinstance(env, Mapping) or not env.get("site") or not isinstance(env.get("prefix"), str):
         return "no environment recorded"
-    listing = _listing(env["prefix"], env["site"])
+    site = env["site"]
+    if not isinstance(site, list) or not all(isinstance(p, str) and "\0" not in p for p in site) or "\0" in env["prefix"]:
+        return "no environment recorded"
+    listing = _listing(env["prefix"], site)
     if listing is None:
         return f"environment {env['prefix']} is gone"
     return None if listing == env["listing"] else f"environment {env['prefix']} changed"
@@ -255,11 +260,19 @@ class ExportStore:
             return "not cached"
         except (OSError, ValueError):
             return f"{entry / CACHE_INFO} is unreadable"
-        if info.get("key") != key:
+        if not isinstance(info, dict) or info.get("key") != key:
             return f"{entry / CACHE_INFO} names another key"
-        seen = dict(info.get("stat") or {})
+        files, seen = info.get("files"), info.get("stat")
+        if not isinstance(files, dict) or not _names(files) or not isinstance(seen, dict):
+            return f"{entry / CACHE_INFO} is damaged (not the record the export writes)"
+        try:
+            held = _held(entry)
+        except OSError:
+            return f"{entry} cannot be read"
+        if held != set(files):
+            return f"{entry} holds other files than {CACHE_INFO} lists"
         changed = False
-        for name, sha in info["files"].items():
+        for name, sha in files.items():
             try:
                 ok, now = verify(entry / name, sha, seen.get(name))
             except OSError:
@@ -269,9 +282,13 @@ class ExportStore:
             changed |= seen.get(name) != now
             seen[name] = now
         if changed:  # read and found whole: the next check need not read it again (best effort)
-            with contextlib.suppress(OSError):
-                write_json(entry / CACHE_INFO, {**info, "stat": seen})
+            self._remember(entry, {**info, "stat": seen})
         return None
+
+    @staticmethod
+    def _remember(entry: Path, info: Mapping[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            write_json(entry / CACHE_INFO, info)
 
     def begin(self, key: str) -> Path:
         """A fresh temporary folder to export ``key`` into."""
@@ -281,7 +298,7 @@ class ExportStore:
 
     def commit(self, key: str, artifact: str, tmp: Path) -> Path:
         """Record the hashes of ``tmp``'s files and move it into place as ``key``'s entry."""
-        names = [p for p in sorted(tmp.iterdir()) if p.is_file() and p.name != CACHE_INFO]
+        names = [tmp / n for n in sorted(_held(tmp))]
         files = {p.name: sha256_file(p) for p in names}
         stat = {p.name: signature(p) for p in names}
         info = {"key": key, "artifact": artifact, "files": files, "stat": stat, "created": time.time()}
@@ -293,10 +310,13 @@ class ExportStore:
         return entry
 
     def link(self, key: str, view: Path) -> None:
-        """Make ``view`` hold exactly the entry's files, as hard links (copies where links fail)."""
+        """Make ``view`` hold exactly the entry's files, as hard links (copies where links fail). Called on an
+        entry just checked or committed: the signatures it records are taken again after the links, which
+        move each file's change time (:func:`signature`), so that the next check need not read them."""
         entry = self.entry(key)
-        names = {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO}
+        names = _held(entry)
         _empty(view, keep=names)
+        linked = False
         for name in sorted(names):
             src, dst = entry / name, view / name
             if dst.exists() and os.path.samefile(src, dst):
@@ -305,9 +325,13 @@ class ExportStore:
             tmp.unlink(missing_ok=True)
             try:
                 os.link(src, tmp)
+                linked = True
             except OSError:
                 shutil.copy2(src, tmp)
             os.replace(tmp, dst)
+        info = read_json(entry / CACHE_INFO)
+        if linked and isinstance(info, dict) and _names(info.get("files")):
+            self._remember(entry, {**info, "stat": {n: signature(entry / n) for n in info["files"]}})
 
     def place(self, tmp: Path, view: Path) -> None:
         """Move an export that is not cached (a crash, a hang) from ``tmp`` into ``view``."""
@@ -320,7 +344,7 @@ class ExportStore:
         """Whether ``view`` holds exactly the entry's files (the same inodes, or equal bytes)."""
         entry = self.entry(key)
         try:
-            names = {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO}
+            names = _held(entry)
             if {p.name for p in view.iterdir()} != names:
                 return False
             return all(os.path.samefile(entry / n, view / n) or sha256_file(entry / n) == sha256_file(view / n) for n in names)
@@ -337,11 +361,12 @@ class ExportStore:
         for entry in self.root.iterdir():
             if entry.name == ".tmp" or not entry.is_dir():
                 continue
+            info = read_json(entry / CACHE_INFO)
             try:
-                info = json.loads((entry / CACHE_INFO).read_text(encoding="utf-8"))
-                by_id.setdefault(info["artifact"], []).append((float(info["created"]), entry.name))
-            except (OSError, ValueError, KeyError):
-                shutil.rmtree(entry, ignore_errors=True)  # half an entry: nothing refers to it
+                by_id.setdefault(str(info["artifact"]), []).append((float(info["created"]), entry.name))
+            except (TypeError, ValueError, KeyError):
+                if entry.name not in keep:
+                    shutil.rmtree(entry, ignore_errors=True)  # half an entry, or a damaged one: redone when needed
         removed = 0
         for entries in by_id.values():
             for _, key in sorted(entries, reverse=True)[versions:]:
@@ -352,20 +377,50 @@ class ExportStore:
         return removed
 
 
+def _held(entry: Path) -> set[str]:
+    """The export's files in a store entry (or its temporary folder): not its ``cache.json``, and not what a
+    write that was cut short left (a hidden temporary file)."""
+    return {p.name for p in entry.iterdir() if p.is_file() and p.name != CACHE_INFO and not p.name.startswith(".")}
+
+
+def _names(files: Any) -> bool:
+    """Whether ``files`` is a store entry's list of files: name → SHA-256, each name a plain file name."""
+    if not isinstance(files, dict) or not files:
+        return False
+    return all(
+        isinstance(n, str) and isinstance(v, str) and n and "/" not in n and "\0" not in n and n not in (".", "..")
+        for n, v in files.items()
+    )
+
+
 def _empty(folder: Path, keep: Iterable[str] = ()) -> None:
     """Make ``folder`` exist and hold nothing but the files named in ``keep``."""
     folder.mkdir(parents=True, exist_ok=True)
     keep = set(keep)
     for old in folder.iterdir():
-        if old.name not in keep:
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        if old.name not in keep or (old.is_dir() and not old.is_symlink()):  # a view holds files only
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically: a reader never sees half a file."""
+    """Write JSON atomically: a reader never sees half a file.
+
+    Raises:
+        HarnessError: a folder stands where the file belongs (no file the harness writes is one).
+    """
+    not_a_folder(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def not_a_folder(path: Path) -> None:
+    """Refuse, in one line, a folder where the harness writes (or removes) a file: nothing the harness
+    writes makes one, and removing a folder it did not make is not its to do."""
+    if path.is_dir() and not path.is_symlink():
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"{path} is a folder where the harness writes a file: remove it (`rm -r {path}`), then run again")
 
 
 def read_json(path: Path) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness import lock
@@ -182,8 +183,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
     p.add_argument("--provider", default="cpu", help=f"the column: {', '.join(_all_columns())} (default: cpu)")
     p.add_argument(
-        "--exporter", default=None, help="answer for this exporter only: torchscript or dynamo (default: the best of "
-        "each, and the recommendation between them)"
+        "--exporter",
+        default=None,
+        help="answer for this exporter only: torchscript or dynamo (default: the best of "
+        "each, and the recommendation between them)",
     )
     p.add_argument(
         "--results", default=None, help="a published matrix.jsonl or its folder (default: the results/ of this checkout)"
@@ -241,6 +244,7 @@ def _problems(problems: list[str], *, echo: bool = True) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        check_options(args)
         return _dispatch(args)
     except HarnessError as exc:
         _error(str(exc))
@@ -272,6 +276,53 @@ def _dispatch(args: argparse.Namespace) -> int:
                     held.enter_context(lock.acquire(results, lock.command_line(), echo=_note))
             return _stage(args, matrix, profile, out)
     return _stage(args, matrix, profile, out)
+
+
+WALL_MAX = 30 * 86400
+"""``--wall`` at most: 30 days of wall time (the default profile takes 15 minutes)."""
+
+
+def check_options(args: argparse.Namespace, root: Path | None = None) -> None:
+    """What argparse's types do not bound, refused in one line before anything is read or written: an empty
+    ``--cases`` (``,`` would seal an empty export over the last one), a ``--wall`` that is not a number of
+    seconds (NaN is not JSON), worker counts and limits out of range, an ``--out`` that is no build folder
+    (``root``: the project's folder, by default the one holding ``--matrix``). The noxfile checks
+    ``nox -s matrix -- ...`` with it too.
+
+    Raises:
+        HarnessError: the option, what is wrong, the fix.
+    """
+    from harness.matrix import BOUNDS
+
+    if getattr(args, "cases", None) is not None and not _cases(args):
+        raise HarnessError(f"--cases {args.cases!r} names no case; give case names separated by commas (`harness list`)")
+    wall = getattr(args, "wall", None)
+    if wall is not None and not (math.isfinite(wall) and 0 <= wall <= WALL_MAX):
+        raise HarnessError(f"--wall {wall!r}: must be the run's wall time in seconds, within 0..{WALL_MAX}; e.g. --wall 812")
+    workers = getattr(args, "workers", None)
+    if workers is not None and not 0 <= workers <= BOUNDS["run.workers"][1]:
+        raise HarnessError(f"--workers {workers}: must be within 0..{BOUNDS['run.workers'][1]} (0: [run] workers); lower it")
+    if getattr(args, "limit", 0) < 0:
+        raise HarnessError(f"--limit {args.limit}: must be >= 0 (0 shows every line)")
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and not (math.isfinite(timeout) and 1 <= timeout <= BOUNDS["export.reference_timeout"][1]):
+        raise HarnessError(f"--timeout {timeout!r}: must be within 1..{BOUNDS['export.reference_timeout'][1]:.0f} seconds")
+    if getattr(args, "command", None) != "reference" and getattr(args, "out", None) is not None:
+        out_problem(args.out, root or Path(args.matrix).resolve().parent)
+
+
+def out_problem(out: str | os.PathLike[str], root: Path) -> None:
+    """Refuse a build folder that would spread build files over the project (``--out .``, ``--out ""``) or the
+    published table (``--out results``).
+
+    Raises:
+        HarnessError: one line naming the option and the fix.
+    """
+    where = Path(out).resolve()
+    if not str(out).strip() or where == root or where in root.parents:
+        raise HarnessError(f"--out {str(out)!r} is the project's own folder; give a build folder such as --out build")
+    if where == root / "results" or root / "results" in where.parents:
+        raise HarnessError(f"--out {str(out)!r} is inside the published results/; give a build folder such as --out build")
 
 
 WRITERS = ("export", "run", "report", "gather")
@@ -416,32 +467,63 @@ def _reference(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _reading(source: str | os.PathLike[str]) -> Iterator[None]:
+    """A published table (or a file beside it) that is damaged: one line naming it, not a traceback."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise HarnessError(
+            f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason}); give a results/matrix.jsonl or a build/shards "
+            "file as `nox -s report` writes it"
+        ) from None
+    except OSError as exc:
+        raise HarnessError(f"{source}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a file beside it of another shape
+        raise HarnessError(
+            f"{source}: damaged ({type(exc).__name__}: {first_line(str(exc))}); regenerate it with `nox -s report`"
+        ) from None
+
+
 def _answer(args: argparse.Namespace) -> int:
-    from harness import diff, published, recommend
+    from harness import diff, published
 
     if args.command == "diff":
         for table in (args.old, args.new):
-            if partial := published.read_partial(published.table_path(table)):
-                _note(f"{table} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}")
-        old, new = (published.read_cells(p, spread=False) for p in (args.old, args.new))
+            with _reading(table):
+                if partial := published.read_partial(published.table_path(table)):
+                    _note(f"{table} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}")
+        with _reading(args.old):
+            old = published.read_cells(args.old, spread=False)
+        with _reading(args.new):
+            new = published.read_cells(args.new, spread=False)
         result = diff.diff(old, new, pair=not args.strict_pins)
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
-    source = str(published.table_path(args.results or published.default_results()))
+    return _recommend(args)
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    from harness import published, recommend
+
+    given = args.results or published.default_results()
+    with _reading(given):
+        source = str(published.table_path(given))
     # A runtime only a profile of its own measured: that profile's table.
     if args.results is None and (found := recommend.table_for(args.runtime, source)) != source:
         _note(f"answering from {found} (the profile that measured {args.runtime})")
         source = found
-    if partial := published.read_partial(source):
-        _note(f"{source} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}; its answer may change")
-    runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)
-    cells = published.read_cells(source, runtime=runtime)  # the other columns do not enter the answer
-    names, selection = recommend.select(
-        cells, published.read_cases(source), source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all
-    )
-    loads = published.read_frontier(source).get(runtime)
+    with _reading(source):  # a damaged table is one line naming it (its optional files beside it are skipped)
+        if partial := published.read_partial(source):
+            _note(f"{source} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}; its answer may change")
+        runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)
+        cells = published.read_cells(source, runtime=runtime)  # the other columns do not enter the answer
+    with _reading(Path(source).with_name(published.CASES)):
+        cases = published.read_cases(source)
+    loads, rewrites = published.read_frontier(source).get(runtime), published.read_rewrites(source)
+    names, selection = recommend.select(cells, cases, source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all)
     answer = recommend.recommend(
-        cells, runtime, args.provider, names, selection, loads, exporter=args.exporter, rewrites=published.read_rewrites(source)
+        cells, runtime, args.provider, names, selection, loads, exporter=args.exporter, rewrites=rewrites
     )
     print(recommend.render(answer))
     return 0 if answer.best else 1

@@ -252,13 +252,20 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
+TOLERANCE_MAX = 0.1
+"""The most a case's own atol, rtol or scaled may be, as matrix.toml's ``[tolerance]`` (harness.matrix.BOUNDS):
+outputs further apart are not the same answer, and a wider bound would publish a wrong graph as a pass."""
+
+
 def _check_tolerance(where: str, case: Case) -> None:
-    """Tolerances are finite numbers >= 0 (a NaN bound would pass every comparison); per-output keys are
-    output indices and name only atol, rtol and scaled."""
+    """Tolerances are finite numbers within 0..:data:`TOLERANCE_MAX` (a NaN bound would pass every comparison,
+    1e300 every mismatch); per-output keys are output indices and name only atol, rtol and scaled."""
     for name in ("atol", "rtol", "scaled", "export_timeout"):
         value = getattr(case, name)
         if value is not None and not _number(value):
             raise HarnessError(f"{where}: case {case.name!r}: {name} must be a finite number >= 0, got {value!r}")
+        if name != "export_timeout" and value is not None and value > TOLERANCE_MAX:
+            raise HarnessError(_too_loose(where, case, name, value))
     if case.export_timeout is not None and case.export_timeout <= 0:
         raise HarnessError(f"{where}: case {case.name!r}: export_timeout must be > 0 seconds, got {case.export_timeout!r}")
     for index, own in dict(case.output_tolerance).items():
@@ -277,6 +284,15 @@ def _check_tolerance(where: str, case: Case) -> None:
                 raise HarnessError(
                     f"{where}: case {case.name!r}: output_tolerance[{index}][{key!r}] must be a finite number >= 0, got {value!r}"
                 )
+            if value > TOLERANCE_MAX:
+                raise HarnessError(_too_loose(where, case, f"output_tolerance[{index}][{key!r}]", value))
+
+
+def _too_loose(where: str, case: Case, name: str, value: float) -> str:
+    return (
+        f"{where}: case {case.name!r}: {name} must be <= {TOLERANCE_MAX} (a wider bound passes real mismatches), got "
+        f"{value!r}; compare what the case means to compare (an output of its own, a scaled bound) instead"
+    )
 
 
 def _check_claim(where: str, case: Case, claim: Claim) -> None:
@@ -333,8 +349,14 @@ def load(sources: Iterable[str], root: Path | None = None) -> Registry:
         sys.path.insert(0, str(root))
     for source in sources:
         _loading, _loading_file, _loading_dir = registry, source, str(_source_dir(source, root))
+        before = (len(registry), len(registry.problems))
         try:
             _import(source, root)
+            if (len(registry), len(registry.problems)) == before:  # `corpus = "os"`: imports, adds nothing
+                raise HarnessError(
+                    f"corpus {source}: registers no case (a corpus module calls harness.corpus.register); "
+                    "remove it from [corpus] modules or --corpus, or register its cases"
+                )
         except HarnessError as exc:
             registry.problems.append(str(exc))
             registry.import_failures.append(str(exc))

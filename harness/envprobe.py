@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import cache
 from harness.workers import describe_exit
@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     from harness.matrix import Runtime
 
 _PROBE = "from harness.backends.base import probe_main; probe_main()"
+
+
+def _sound(hit: Any, key: str) -> bool:
+    """Whether a cached probe is one this code wrote for ``key`` (anything else is asked again)."""
+    if not (isinstance(hit, dict) and hit.get("key") == key and "cpu" in hit and isinstance(hit.get("env"), dict)):
+        return False
+    return hit["cpu"] is None or isinstance(hit["cpu"], str)
 
 
 def probe_environment(backend: str) -> tuple[dict[str, str] | None, str, str | None]:
@@ -58,8 +65,8 @@ def environment(out: Path, force: bool, backend: str) -> tuple[dict[str, str] | 
     nvidia = Path("/proc/driver/nvidia/version")
     key = cache.digest(backend, ident["listing"], platform.node(), nvidia.read_text() if nvidia.is_file() else None)
     path = out / "cache" / "envs" / f"{key[:32]}.json"
-    hit = None if force else cache.read_json(path)
-    if isinstance(hit, dict) and hit.get("key") == key:
+    hit = {} if force else cache.read_json(path)
+    if _sound(hit, key):
         return hit["env"], "", hit["cpu"]
     env, error, cpu = probe_environment(backend)
     if env is not None:

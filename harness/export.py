@@ -71,7 +71,7 @@ class Preload:
         own = Path(sys.prefix) / "harness-preload.json"
         self.path = own if os.access(sys.prefix, os.W_OK) else out / "cache" / "preload.json"
         data = cache.read_json(self.path)
-        if not isinstance(data, dict) or data.get("environment") != listing:
+        if not isinstance(data, dict) or data.get("environment") != listing or not _preload_shape(data):
             data = {"environment": listing, "probe": None, "cases": {}}
         self.data: dict[str, Any] = data
 
@@ -104,6 +104,14 @@ class Preload:
     dirty = False
 
 
+def _preload_shape(data: Mapping[str, Any]) -> bool:
+    """Whether a remembered preload is as :class:`Preload` writes it (else it is probed again)."""
+    probe, cases = data.get("probe"), data.get("cases")
+    if probe is not None and not (isinstance(probe, list) and all(isinstance(m, str) for m in probe)):
+        return False
+    return isinstance(cases, dict) and all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in cases.values())
+
+
 def _stderr(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
@@ -111,7 +119,6 @@ def _stderr(line: str) -> None:
 def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
     """Every artifact the profile needs, in corpus order."""
     return [ArtifactKey(c.name, e, o) for c in registry for e, o in profile.exports()]
-
 
 
 # Failures that depend on the machine or on luck (a crash, a hang): never cached, exported again next time.
@@ -152,6 +159,8 @@ def export_all(
             them would not say so), or ``cases`` names an unknown case.
     """
     t0 = time.perf_counter()
+    for path in (out / layout.EXPORT_STAMP, out / layout.MANIFEST):
+        cache.not_a_folder(path)  # one line now, not a traceback once every artifact is exported
     (out / layout.EXPORT_STAMP).unlink(missing_ok=True)  # until this export ends, no stage may count on the last one
     loaded = set(sys.modules)
     registry = corpus_mod.load(corpus, root)  # a bad case is one line; the other cases still export
@@ -207,9 +216,7 @@ class _Job:
         self.watched: set[str] = set()
         self.sources = {name: case_digest(registry[name], self.watched) for name in dict.fromkeys(k.case for k in keys)}
         code = cache.code_digest(stamps.EXPORT_CODE)
-        self.address = {
-            k.id: cache.export_key(self.sources[k.case], k.id, k.exporter, k.opset, key_settings, code) for k in keys
-        }
+        self.address = {k.id: cache.export_key(self.sources[k.case], k.id, k.exporter, k.opset, key_settings, code) for k in keys}
         self.records: dict[str, ExportRecord] = {}
 
     def schedule(self, force: bool) -> list[ExportTask]:
@@ -219,8 +226,11 @@ class _Job:
             why = "forced" if force else self.store.check(self.address[k.id])
             if why is None:
                 self.store.link(self.address[k.id], self.art_dir / k.id)
-                self.records[k.id] = layout.read_record(self.art_dir / k.id)
-                continue
+                try:
+                    self.records[k.id] = layout.read_record(self.art_dir / k.id)
+                    continue
+                except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                    why = f"{layout.RECORD} is not the record the export writes"
             if why not in ("forced", "not cached"):  # a damaged entry is said and redone, never used
                 self.echo(f"export {k.id}: cache entry {why}: exporting again")
             tmp = self.store.begin(self.address[k.id])
@@ -328,8 +338,8 @@ def _known_peaks(store: cache.ExportStore, cases: set[str]) -> dict[str, float]:
             continue
         rec = cache.read_json(entry / layout.RECORD)
         peak = rec.get("peak_rss_mib") if isinstance(rec, dict) else None
-        if isinstance(peak, (int, float)):
-            case = rec["case"]
+        case = rec.get("case") if isinstance(rec, dict) else None
+        if isinstance(peak, (int, float)) and isinstance(case, str) and 0 <= peak < float("inf"):
             peaks[case] = max(peaks.get(case, 0.0), float(peak))
     return peaks
 

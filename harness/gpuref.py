@@ -42,7 +42,10 @@ def read(out: Path, exports: Iterable[ExportRecord]) -> tuple[dict[tuple[str, st
         except (ValueError, KeyError, TypeError):
             damaged += 1
             continue
-        if row.get("reference_sha256") not in refs.get(key[0], ()):
+        if not isinstance(row.get("reference_sha256"), str):
+            damaged += 1
+            continue
+        if row["reference_sha256"] not in refs.get(key[0], ()):
             stale += 1
             continue
         rows[key] = row

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -49,18 +50,31 @@ def summary(
         "cases": cases,
         "cells": sum(counts.values()),
         "counts": dict(sorted(counts.items())),
-        "wall_seconds": environment.get("wall_seconds"),
+        "wall_seconds": finite(environment.get("wall_seconds")),
     }
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every number that is not finite (NaN, ±inf: not JSON) replaced by None, in lists and dicts
+    too: the history is read by any JSON parser, and a NaN wall time is no wall time."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def read(path: Path) -> list[dict[str, Any]]:
-    """The history's entries, oldest first; a line that is not JSON (a torn write, a damaged byte) is skipped."""
+    """The history's entries, oldest first; a line that is not JSON (a torn write, a damaged byte) is skipped,
+    and a NaN or Infinity an earlier version wrote reads as null."""
     if not path.is_file():
         return []
     entries = []
     for line in path.read_bytes().splitlines():
         try:
-            entry = json.loads(line.decode("utf-8"))
+            entry = json.loads(line.decode("utf-8"), parse_constant=lambda _: None)
         except ValueError:  # UnicodeDecodeError is one
             continue
         if isinstance(entry, dict):
@@ -70,9 +84,9 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 def merged(path: Path, entry: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The history with ``entry`` added (replacing the entry of the same run), oldest run first, and its text."""
-    entries = [e for e in read(path) if e.get("run") != entry["run"]] + [dict(entry)]
+    entries = [e for e in read(path) if e.get("run") != entry["run"]] + [finite(dict(entry))]
     entries.sort(key=lambda e: str(e.get("date") or ""))  # stable: runs of the same minute keep their order
-    return entries, "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries)
+    return entries, "".join(json.dumps(e, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for e in entries)
 
 
 def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -8,11 +8,15 @@ Every stage reads the files of the stage before it through this module, never th
                                             localization files (:data:`LOCALIZATION_FILES`)
     build/cache/exports/<key>/              the export store (:class:`harness.cache.ExportStore`)
     build/shards/<runtime id>-<column>.jsonl           one cell a line, each sealed with its checksum
-    build/shards/<runtime id>-<column>.stamp.json      the shard's seal (:func:`seal`)
+    build/shards/<runtime id>-<column>.stamp.json      the shard's seal (:func:`seal`), open while its run writes
+                                                       (:func:`checkpoint`)
     build/report.<profile>.stamp.json       what the profile's report read and wrote
 
-A shard is *whole* for an export (:func:`check`) when its run sealed it (the stamp holds the shard's
-SHA-256, written only when the run ends normally), its bytes are the ones sealed, every line decodes,
+A shard is never without its seal file: open (``"state": "running"`` and a checkpoint, the length and SHA-256
+of what its run has written so far) from the moment its run starts writing, sealed when the run ends normally.
+A rerun reuses only lines its seal vouches for (:func:`resume`); a shard with no seal, or whose bytes are
+not the sealed ones or do not extend the checkpoint, is redone whole. A shard is *whole* for an export
+(:func:`check`) when its run sealed it (the stamp holds the shard's SHA-256), its bytes are the ones sealed, every line decodes,
 parses and holds its checksum, and it holds a cell for every probe of every artifact of the export (or is
 one runtime-wide record: a column that cannot run here), each computed from that artifact's files. The
 report refuses a shard that is not whole (unless asked for a partial report), and so does the gather.
@@ -25,10 +29,13 @@ Standard library only (numpy arrays pass through, never imported here): the noxf
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
+import types
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +86,7 @@ def load_artifacts(out: Path) -> list[ExportRecord]:
     again = "rerun the export (`nox -s matrix -- --force`, or delete it and run `nox -s matrix`)"
     data = cache.read_json(manifest)  # None when it is not UTF-8 JSON
     ids = data.get("artifacts") if isinstance(data, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+    if not isinstance(ids, list) or not all(_plain_name(i) for i in ids):
         raise HarnessError(f"{manifest}: damaged (not the manifest the export writes); {again}")
     records = []
     for art_id in ids:
@@ -87,15 +94,70 @@ def load_artifacts(out: Path) -> list[ExportRecord]:
         if not path.exists():
             raise HarnessError(f"{path}: missing although the manifest lists it; rerun the export")
         try:
-            records.append(ExportRecord.from_dict(cache.read_json(path)))
+            rec = ExportRecord.from_dict(cache.read_json(path))
         except (TypeError, ValueError, KeyError, AttributeError):
-            raise HarnessError(f"{path}: damaged (not the record the export writes); {again}") from None
+            rec = None
+        if rec is None or not well_typed(rec) or rec.key.id != art_id:
+            raise HarnessError(f"{path}: damaged (not the record the export writes); {again}")
+        records.append(rec)
     return records
 
 
+def _plain_name(name: object) -> bool:
+    """A name the export gives a folder: no path in it (JSON may hold a ``/`` or a NUL, which it never writes)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def well_typed(record: object) -> bool:
+    """Whether every field of a record (a dataclass of :mod:`harness.records`) holds a value of its declared
+    type: a record read back from a damaged file is refused here, not deep inside the stage that uses it."""
+    hints = _hints(type(record))
+    return all(_is(getattr(record, f.name), hints[f.name]) for f in dataclasses.fields(record))  # type: ignore[arg-type]
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _is(value: object, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):  # a bool is not a number here; an int is a float
+        return isinstance(value, (int, float) if hint is float else int) and not isinstance(value, bool)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return isinstance(value, tuple) and all(_is(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_is(k, args[0]) and _is(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(_is(v, args[0]) for v in value)
+    if origin is tuple:
+        return isinstance(value, tuple) and len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args, strict=True))
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
 def read_record(art: Path) -> ExportRecord:
-    """An artifact's export record (in a worker: the run stage checked the files before handing it over)."""
-    return ExportRecord.from_dict(json.loads((art / RECORD).read_text(encoding="utf-8")))
+    """An artifact's export record (in a worker: the run stage checked the files before handing it over).
+
+    Raises:
+        ValueError: the file is not a record the export writes (OSError: it cannot be read).
+    """
+    try:
+        rec = ExportRecord.from_dict(json.loads((art / RECORD).read_text(encoding="utf-8")))
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{art / RECORD}: not an export record ({exc})") from None
+    if not well_typed(rec):
+        raise ValueError(f"{art / RECORD}: a field of the wrong type")
+    return rec
 
 
 def localization_sha256(folder: Path) -> str:
@@ -104,7 +166,7 @@ def localization_sha256(folder: Path) -> str:
     for name in LOCALIZATION_FILES:
         try:
             h.update(cache.sha256_file(folder / name).encode())
-        except FileNotFoundError:
+        except OSError:  # missing (or a folder in its place: then it differs from what the export recorded)
             h.update(b"-")
     return h.hexdigest()
 
@@ -187,32 +249,49 @@ def read_shard(path: Path) -> dict[str, CellRecord]:
 
 
 def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
-    """Rewrite a shard atomically, sorted by key, each line sealed with its checksum."""
+    """Rewrite a shard atomically, sorted by key, each line sealed with its checksum. Its seal is opened first,
+    on the new bytes (:func:`checkpoint`): a kill between the two leaves a seal that no bytes extend, and the
+    rerun redoes the shard whole rather than trust lines nothing vouches for."""
+    cache.not_a_folder(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for cell in sorted(cells, key=lambda c: c.key):
-            f.write(cache.seal(cell.to_dict()) + "\n")
+    data = b"".join((cache.seal(cell.to_dict()) + "\n").encode() for cell in sorted(cells, key=lambda c: c.key))
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    checkpoint(path, len(data), cache.sha256_bytes(data))
     os.replace(tmp, path)
 
 
+def checkpoint(shard: Path, length: int, sha256: str) -> None:
+    """Open ``shard``'s seal: its run is writing it, and its first ``length`` bytes hash to ``sha256`` (what a
+    run killed now may resume from). The report refuses an open seal as it refuses none."""
+    cache.write_json(stamp_of(shard), {"state": "running", "checkpoint": {"bytes": length, "sha256": sha256}})
+
+
 class Appender:
-    """Append-only writes, each line handed to the kernel at once (a killed run loses at most the
-    line being written) and forced to disk at least every ``sync`` seconds and at the end (what a
-    power cut could take)."""
+    """Append-only writes, each line handed to the kernel at once and checkpointed in the shard's open seal
+    (:func:`checkpoint`: a killed run resumes every line but the one being written, and nothing the seal
+    does not vouch for), forced to disk at least every ``sync`` seconds and at the end (what a power cut
+    could take; a checkpoint past the bytes that survived it vouches for nothing, and the shard is redone)."""
 
     def __init__(self, path: Path, sync: float = 0.5) -> None:
-        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held open across appends)
+        self.path = path
+        self.f = open(path, "ab")  # noqa: SIM115 (held open across appends)
+        self.hash = hashlib.sha256(path.read_bytes())
+        self.length = self.f.tell()
         self.sync, self.synced = sync, time.monotonic()
 
     def add(self, cells: Iterable[CellRecord]) -> None:
-        for cell in cells:
-            self.f.write(cache.seal(cell.to_dict()) + "\n")
+        data = b"".join((cache.seal(cell.to_dict()) + "\n").encode() for cell in cells)
+        self.f.write(data)
         self.f.flush()
+        self.hash.update(data)
+        self.length += len(data)
         if time.monotonic() - self.synced >= self.sync:
             os.fsync(self.f.fileno())
             self.synced = time.monotonic()
+        checkpoint(self.path, self.length, self.hash.hexdigest())
 
     def close(self) -> None:
         self.f.flush()
@@ -224,9 +303,40 @@ def read(path: Path) -> tuple[dict[str, CellRecord], int]:
     """The cells of a shard whose lines hold (a later line for the same key wins), and how many lines
     do not: cut short, not UTF-8, not JSON, a wrong or missing checksum, not a cell. Never raises for
     what the file holds; raises OSError when it cannot be read."""
+    return parse(path.read_bytes())
+
+
+def resume(shard: Path) -> tuple[dict[str, CellRecord], int, str | None]:
+    """What a rerun may reuse of ``shard``: its lines as :func:`read` judges them, but only those its seal
+    vouches for. A sealed shard whose bytes are the ones sealed, whole; an open one (its run was killed) up to
+    its last checkpoint. Anything else (no seal, bytes that are not the sealed ones or do not extend the
+    checkpoint) is evidence of nothing: no cell, and why (one line), so that it is redone whole."""
+    try:
+        data = shard.read_bytes()
+    except FileNotFoundError:
+        return {}, 0, None
+    except OSError as exc:
+        return {}, 0, f"{shard} cannot be read ({exc.strerror or exc})"
+    stamp = cache.read_json(stamp_of(shard))
+    stamp = stamp if isinstance(stamp, dict) else {}
+    mark = stamp.get("checkpoint") if "sha256" not in stamp else {"bytes": len(data), "sha256": stamp["sha256"]}
+    if not isinstance(mark, dict):
+        mark = {}
+    length = mark.get("bytes")
+    if not isinstance(length, int) or isinstance(length, bool) or not 0 <= length <= len(data):
+        why = "has no seal beside it" if not stamp else "is not the shard its seal describes"
+        return {}, 0, f"{shard} {why}"
+    if cache.sha256_bytes(data[:length]) != mark.get("sha256"):
+        changed = "changed after its run sealed it" if "sha256" in stamp else "does not extend its run's last checkpoint"
+        return {}, 0, f"{shard} {changed}"
+    return (*parse(data[:length]), None)
+
+
+def parse(data: bytes) -> tuple[dict[str, CellRecord], int]:
+    """:func:`read` of bytes already read."""
     cells: dict[str, CellRecord] = {}
     bad = 0
-    for raw in path.read_bytes().splitlines():
+    for raw in data.splitlines():
         if not raw.strip():
             continue
         try:
@@ -234,14 +344,14 @@ def read(path: Path) -> tuple[dict[str, CellRecord], int]:
         except UnicodeDecodeError:
             bad += 1
             continue
-        data = _sealed(line)
-        if data is None:
-            data, state = cache.unseal(line, verify=True)  # another spelling of the same JSON still holds
-            if data is None or state != "ok":
+        fields = _sealed(line)
+        if fields is None:
+            fields, state = cache.unseal(line, verify=True)  # another spelling of the same JSON still holds
+            if fields is None or state != "ok":
                 bad += 1
                 continue
         try:
-            cell = CellRecord.from_dict(data)
+            cell = CellRecord.from_dict(fields)
         except (ValueError, KeyError, TypeError, AttributeError):
             bad += 1
             continue
@@ -329,8 +439,9 @@ def unsealed(shard: Path, digest: str) -> str | None:
 
 
 def seal(shard: Path, stamp: Mapping[str, object]) -> None:
-    """Seal ``shard`` as it is now: its stamp, with its hash."""
-    cache.write_json(stamp_of(shard), {**stamp, "sha256": cache.sha256_file(shard)})
+    """Seal ``shard`` as it is now: its stamp, with its hash (its open seal's checkpoint goes)."""
+    fields = {k: v for k, v in stamp.items() if k not in ("state", "checkpoint", "sha256")}
+    cache.write_json(stamp_of(shard), {**fields, "state": "sealed", "sha256": cache.sha256_file(shard)})
 
 
 def describe(found: Sequence[str], limit: int = 3) -> str:

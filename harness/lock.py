@@ -138,6 +138,17 @@ def _claim(f: IO[str], what: str, token: str) -> dict[str, Any]:
     return earlier
 
 
+def _restore(f: IO[str], earlier: dict[str, Any]) -> None:
+    """Put back what a holder that died without releasing ``f`` left there, and let go of it: a writer refused
+    by the stage lock after taking the job's must not be the one that hides the take-over from the next job."""
+    with contextlib.suppress(OSError):
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(earlier) + "\n")
+        f.flush()
+    f.close()
+
+
 def _busy(folder: Path, name: str) -> HarnessError:
     holder = _holder(_read(folder / name))
     if name == STAGE:
@@ -179,6 +190,8 @@ def acquire(folder: Path, what: str, echo: Any = None, *, stage: bool = True) ->
         else:
             mine.close()  # free now: the job's stages take it one at a time
     except HarnessError:
+        if files and earlier:  # refused after claiming the job's lock: the dead holder's word stays for the next job
+            _restore(files.pop(0), earlier)
         Lock(path_of(folder), files, None).release()
         raise
     if earlier and echo is not None:

@@ -159,6 +159,7 @@ def readme(r: Readme) -> str:
     columns = runtime_order(r.df["column"])
     lines = [
         *_head_lines(r, cases, columns),
+        *tolerance_lines(r.exports, r.env.get("tolerance")),
         *_problem_lines(r.env.get("problems", [])),
         *_safe_lines(r.safe, r.unmeasured_pins),
         *_frontier_lines(r.loads, r.runtimes, r.exports),
@@ -190,6 +191,45 @@ def readme(r: Readme) -> str:
         lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(symptom, 110))}" if symptom else ""))
     lines += ["", "## Environment", "", "```json", json.dumps(r.env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
+
+
+def _tolerance_of(rec: ExportRecord) -> tuple[Any, ...]:
+    return (rec.atol, rec.rtol, rec.scaled, json.dumps(rec.output_tolerance, sort_keys=True))
+
+
+def _said(atol: float, rtol: float, scaled: float | None, outputs: str = "{}") -> str:
+    """``atol 0.0001, rtol 0.001, scaled 1e-05`` (and each output's own)."""
+    text = f"atol {atol:g}, rtol {rtol:g}, " + (f"scaled {scaled:g}" if scaled else "element-wise only (no scaled bound)")
+    for index, own in sorted(json.loads(outputs).items()):
+        text += f"; output {_md_escape(str(index))}: " + ", ".join(f"{k} {float(v):g}" for k, v in sorted(own.items()))
+    return text
+
+
+def tolerance_lines(exports: Sequence[ExportRecord], default: Mapping[str, Any] | None = None) -> list[str]:
+    """The tolerances this table's verdicts rest on, said on the table itself: the shared one (``default``, matrix.toml's
+    ``[tolerance]`` as ``environment.json`` records it; else the one most cases were compared with) and every case that
+    set its own. Read from the export records, which carry the tolerance each artifact was compared with."""
+    by_case = {rec.case: _tolerance_of(rec) for rec in exports}
+    if not by_case:
+        return []
+    counts: dict[tuple[Any, ...], int] = {}
+    for tol in by_case.values():
+        counts[tol] = counts.get(tol, 0) + 1
+    shared = max(counts, key=lambda t: counts[t])
+    if default:
+        shared = (default.get("atol"), default.get("rtol"), default.get("scaled") or None, "{}")
+    own = {case: tol for case, tol in by_case.items() if tol != shared}
+    source = "matrix.toml's `[tolerance]`" if default else "the one most cases share: matrix.toml's `[tolerance]`"
+    lines = [
+        "**Tolerance.** A probe passes when every output is within `|out - ref| <= atol + rtol * |ref|` of torch's or, "
+        "for a floating output, `max|out - ref| <= scaled * max|ref|` (NaN must meet NaN, inf the same inf): "
+        f"{len(by_case) - len(own)} of {len(by_case)} cases with {_said(*shared)} ({source}, bounded to 0..0.1 each)"
+        + (f"; {len(own)} set their own:" if own else "; no case sets its own."),
+        "",
+    ]
+    if own:
+        lines += [f"- [{case}]({_page(case)}): {_said(*tol)}" for case, tol in sorted(own.items())] + [""]
+    return lines
 
 
 def _beside_lines(beside: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -5,8 +5,8 @@ fix, in nox's manner::
 
     matrix.toml: runtimes[2].pin: "onnxruntime==1.17" is not pinned; write "onnxruntime==1.17.3"
 
-Standard library only: the noxfile reads this module before any environment
-exists.
+Standard library only (``packaging`` checks requirements where it is installed):
+the noxfile reads this module before any environment exists.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import difflib
 import math
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,8 @@ EXPORTERS = ("torchscript", "dynamo")
 OPSET_MIN, OPSET_MAX = 7, 28
 EXPORTER_OPSETS = {"torchscript": (7, 23), "dynamo": (7, 28)}
 
+_VERSION = re.compile(r"[0-9]+(\.[0-9]+){2,}((a|b|rc|\.post|\.dev)[0-9]+)*")
+"""A release as [export] pins it (``2.13.0``, ``1.24.0rc1``): no local part (``+cpu`` is the noxfile's)."""
 _PIN = re.compile(r"^(?P<package>[A-Za-z0-9_.-]+)\s*==\s*(?P<version>[0-9][0-9A-Za-z.+-]*)$")
 
 
@@ -281,12 +284,16 @@ class _Reader:
             self.fail(f"must be {names}, got {value!r}", key)
         return value
 
-    def number(self, key: str, default: float, *, minimum: float = 0, integer: bool = False) -> Any:
+    def number(self, key: str, default: float, *, integer: bool = False) -> Any:
+        """A number within its :data:`BOUNDS` (finite: nan passes every comparison, inf every bound)."""
         value = self.get(key, int if integer else (int, float), default)
-        if not math.isfinite(value):  # nan passes every comparison, inf every bound: neither is a setting
+        if not math.isfinite(value):
             self.fail(f"must be a finite number, got {value!r}", key)
-        if value < minimum:
-            self.fail(f"must be >= {minimum}, got {value!r}", key)
+        low, high, what = BOUNDS[f"{self.where}.{key}"]
+        if value < low:
+            self.fail(f"must be >= {low}, got {value!r}; raise it", key)
+        if value > high:
+            self.fail(f"must be <= {high} {what}, got {value!r}; {_FIX_HIGH.get(self.where, 'lower it')}", key)
         return value
 
     def strings(self, key: str, default: Any = ..., *, nonempty: bool = True) -> tuple[str, ...]:
@@ -312,10 +319,40 @@ class _Reader:
         return tuple(value)
 
 
+_TOLERANCE = "(a wider bound passes real mismatches)"
+_DAY = "seconds (a day)"
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "tolerance.atol": (0, 0.1, _TOLERANCE),
+    "tolerance.rtol": (0, 0.1, _TOLERANCE),
+    "tolerance.scaled": (0, 0.1, _TOLERANCE),
+    "export.timeout": (1, 86400, _DAY),
+    "export.reference_timeout": (1, 86400, _DAY),
+    "export.intermediates_mib": (0, 65536, "MiB (64 GiB)"),
+    "export.external_data_mib": (0, 2047, "MiB (one protobuf file cannot exceed 2 GiB)"),
+    "run.timeout": (1, 86400, _DAY),
+    "run.workers": (0, 256, "processes (0: one per core)"),
+    "run.gpu_workers": (1, 256, "processes sharing one GPU"),
+    "latency.threads": (1, 256, "intra-op threads"),
+    "latency.warmup": (0, 100_000, "untimed runs"),
+    "latency.min_runs": (1, 1_000_000_000, "runs per window"),
+    "latency.max_runs": (1, 1_000_000_000, "runs (budget_seconds bounds their time)"),
+    "latency.budget_seconds": (0, 3600, "seconds per artifact (an hour)"),
+}
+"""Every number matrix.toml takes, as (lowest, highest, what the highest is): a value outside is one line. The
+tolerances stay within 0.1, far above what fp32 or fp16 rounding needs (the defaults are atol 1e-4, rtol 1e-3,
+scaled 1e-5; the corpus's own cases set none), so no setting can call a wrong graph a pass; timeouts stay within
+a day (1e9 s overflowed the run stage's clocks), workers within 256 processes."""
+BATCH_MAX = 4096
+"""``[probes] batch_sizes`` at most: each such probe tiles the example inputs that many times."""
+WORKSPACE_MAX_MIB = 1 << 20
+"""``[providers.tensorrt] native.workspace_mib`` at most (1 TiB)."""
+_FIX_HIGH = {"tolerance": "lower it; a case that needs a looser bound sets its own atol, rtol or scaled, within the same 0.1"}
+
+
 def _fraction(reader: _Reader, key: str, default: float) -> float:
     """A finite number strictly between 0 and 1 (a relative change: 0 never settles, 1 always has)."""
-    value = float(reader.number(key, default))
-    if not 0 < value < 1:
+    value = float(reader.get(key, (int, float), default))
+    if not 0 < value < 1:  # nan included
         reader.fail(f"must be between 0 and 1 (a fraction, e.g. 0.02), got {value!r}", key)
     return value
 
@@ -323,10 +360,14 @@ def _fraction(reader: _Reader, key: str, default: float) -> float:
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-def _corpus_problem(root: Path, name: str) -> str | None:
-    """Why a ``[corpus] modules`` entry cannot be found from ``root`` (None: it can). A ``.py`` path must be a
-    file; a dotted name a module under ``root`` or one Python finds (an installed package), without importing
-    it: matrix.toml is read where torch is not."""
+_NO_CASES = "is a module of {}, which registers no cases; list a corpus module (models.articles) or a .py file"
+
+
+def corpus_problem(root: Path, name: str) -> str | None:
+    """Why a ``[corpus] modules`` entry (or a ``--corpus``) cannot be found from ``root`` (None: it can). A ``.py``
+    path must be a file; a dotted name a module under ``root`` or one Python finds (an installed package, not
+    Python's own nor the harness's: they register no cases), without importing it: matrix.toml is read where torch
+    is not."""
     import importlib.util
 
     if name.endswith(".py"):
@@ -334,9 +375,13 @@ def _corpus_problem(root: Path, name: str) -> str | None:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
         return "is neither a dotted module name (models.articles) nor a .py path"
     parts = name.split(".")
+    if parts[0] == "harness":
+        return _NO_CASES.format("the harness")
     local = root.joinpath(*parts)
     if local.with_suffix(".py").is_file() or (local / "__init__.py").is_file():
         return None
+    if parts[0] in sys.stdlib_module_names:
+        return _NO_CASES.format("Python's standard library")
     if (root / parts[0]).exists():  # a package of this project: the module is not in it
         return f"no module {name} under {root} (no {local.with_suffix('.py').relative_to(root)}); fix the name or remove it"
     try:
@@ -408,20 +453,48 @@ _EXPORT_PINNED = ("torch", "onnx", "onnxscript", *(k.package for k in runtimes.K
 
 def requirement_name(requirement: str) -> str:
     """``Transformers[torch]>=5`` → ``transformers`` (PEP 503 normalized)."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~\s]", requirement.strip(), maxsplit=1)[0]).lower()
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~;@\s]", requirement.strip(), maxsplit=1)[0]).lower()
 
 
-def parse_requirements(where: str, requirements: Sequence[str]) -> tuple[str, ...]:
-    """Validate export requirements (``transformers==5.24.0``, ``timm>=1.0``): one line per problem, starting
-    with ``where`` they were given (``matrix.toml: export.requirements``, ``--with``)."""
+def parse_requirement(where: str, requirement: str) -> str:
+    """One requirement handed to uv or pip, by name and version only (``numpy<2``, ``nvidia-cudnn-cu11==8.*``):
+    a PEP 508 specifier without URL or marker (from the configured index), never an installer option
+    (``--index-url=...`` would be one).
+    Parsed by ``packaging`` where it is installed (nox depends on it, so the noxfile always has it), and by the
+    same grammar's subset below everywhere.
+
+    Raises:
+        HarnessError: one line starting with ``where``.
+    """
+    text = requirement.strip()
+    write = 'write "name==version" (or a range)'
+    if re.search(r"(^|\s)-", text):
+        raise HarnessError(f"{where}: {requirement!r} is an installer option, not a requirement; {write}, no options")
+    if not _REQUIREMENT.match(text):
+        raise HarnessError(f"{where}: {requirement!r} is not a requirement; {write}")
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # an environment without packaging (a run env of native TensorRT): the grammar above holds
+        return text
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        raise HarnessError(f"{where}: {requirement!r} is not a requirement ({str(exc).splitlines()[0]}); {write}") from None
+    return text
+
+
+def parse_requirements(where: str, requirements: Sequence[str], *, pinned: Sequence[str] = _EXPORT_PINNED) -> tuple[str, ...]:
+    """Validate requirements (``transformers==5.24.0``, ``timm>=1.0``; :func:`parse_requirement`): one line per
+    problem, starting with ``where`` they were given (``matrix.toml: export.requirements``, ``--with``). A
+    requirement may not name a package of ``pinned`` (by default what [export] pins)."""
     out = []
     for req in requirements:
-        text = req.strip()
-        if not _REQUIREMENT.match(text):
-            raise HarnessError(f'{where}: {req!r} is not a requirement; write "name==version" (or a range)')
+        text = parse_requirement(where, req)
         name = requirement_name(text)
-        if name in _EXPORT_PINNED:
-            raise HarnessError(f"{where}: {name} is pinned by [export] itself; change [export] {name.split('-')[0]} instead")
+        if name in pinned:
+            if pinned is _EXPORT_PINNED:
+                raise HarnessError(f"{where}: {name} is pinned by [export] itself; change [export] {name.split('-')[0]} instead")
+            raise HarnessError(f"{where}: {name} is pinned by the runtime's pin itself; remove {req!r}")
         out.append(text)
     return tuple(dict.fromkeys(out))
 
@@ -502,14 +575,16 @@ def _export_settings(ex: _Reader) -> ExportSettings:
         onnxscript=ex.get("onnxscript", str),
         onnxruntime=ex.get("onnxruntime", str, ""),
         requirements=parse_requirements(f"{ex.file}: export.requirements", ex.strings("requirements", [], nonempty=False)),
-        timeout=float(ex.number("timeout", 600, minimum=1)),
-        reference_timeout=float(ex.number("reference_timeout", 300, minimum=1)),
+        timeout=float(ex.number("timeout", 600)),
+        reference_timeout=float(ex.number("reference_timeout", 300)),
         intermediates_mib=float(ex.number("intermediates_mib", 64)),
         external_data_mib=float(ex.number("external_data_mib", 1536)),
     )
     for key in ("torch", "onnx", "onnxscript", "onnxruntime"):
         if getattr(export, key) and len(version_tuple(getattr(export, key))) < 3:
             ex.fail(f"{getattr(export, key)!r} is not pinned; write a full X.Y.Z version", key)
+        if getattr(export, key) and not _VERSION.fullmatch(getattr(export, key)):
+            ex.fail(f"{getattr(export, key)!r} is not a version; write a release such as X.Y.Z", key)
     if export.onnxruntime:
         parse_runtime(ex.file, "export.onnxruntime", f"{runtimes.REFERENCE}=={export.onnxruntime}")
     return export
@@ -530,7 +605,7 @@ def _corpus(co: _Reader, root: Path) -> tuple[str, ...]:
     co.only("modules")
     corpus = co.strings("modules")
     for name in corpus:
-        problem = _corpus_problem(root, name)
+        problem = corpus_problem(root, name)
         if problem:
             co.fail(f"{name!r}: {problem}", "modules")
     return corpus
@@ -541,15 +616,18 @@ def _batch_sizes(pr: _Reader) -> tuple[int, ...]:
     batch_sizes = pr.ints("batch_sizes", [], nonempty=False)
     if any(b < 1 for b in batch_sizes):
         pr.fail("batch sizes must be >= 1", "batch_sizes")
+    if any(b > BATCH_MAX for b in batch_sizes):
+        too_big = max(batch_sizes)
+        pr.fail(f"batch sizes must be <= {BATCH_MAX} (each tiles the example inputs), got {too_big}; lower it", "batch_sizes")
     return batch_sizes
 
 
 def _run_settings(ru: _Reader) -> RunSettings:
     ru.only("timeout", "workers", "gpu_workers")
     return RunSettings(
-        timeout=float(ru.number("timeout", 120, minimum=1)),
+        timeout=float(ru.number("timeout", 120)),
         workers=ru.number("workers", 0, integer=True),
-        gpu_workers=ru.number("gpu_workers", 4, minimum=1, integer=True),
+        gpu_workers=ru.number("gpu_workers", 4, integer=True),
     )
 
 
@@ -557,10 +635,10 @@ def _latency_settings(la: _Reader) -> LatencySettings:
     la.only("iobinding", "threads", "warmup", "min_runs", "max_runs", "budget_seconds", "stability")
     latency = LatencySettings(
         iobinding=la.get("iobinding", bool, True),
-        threads=la.number("threads", 1, minimum=1, integer=True),
+        threads=la.number("threads", 1, integer=True),
         warmup=la.number("warmup", 5, integer=True),
-        min_runs=la.number("min_runs", 20, minimum=1, integer=True),
-        max_runs=la.number("max_runs", 200, minimum=1, integer=True),
+        min_runs=la.number("min_runs", 20, integer=True),
+        max_runs=la.number("max_runs", 200, integer=True),
         budget_seconds=float(la.number("budget_seconds", 0.25)),
         stability=_fraction(la, "stability", 0.02),
     )
@@ -578,7 +656,10 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
     for i, raw in enumerate(raw_list):
         rr = _Reader(file, f"runtimes[{i}]", raw)
         rr.only("pin", "constraints", "cuda", "cudnn", "tensorrt", "gpu_requirements")
-        rt = parse_runtime(file, f"runtimes[{i}].pin", rr.get("pin", str), rr.strings("constraints", [], nonempty=False))
+        rt = parse_runtime(file, f"runtimes[{i}].pin", rr.get("pin", str))
+        where = f"{file}: runtimes[{i}]"
+        constraints = rr.strings("constraints", [], nonempty=False)
+        rt = dataclasses.replace(rt, constraints=parse_requirements(f"{where}.constraints", constraints, pinned=(rt.package,)))
         if any(rt.pin == other.pin for other in declared):
             rr.fail(f"{rt.pin} is declared twice; remove the duplicate", "pin")
         majors = {}
@@ -591,7 +672,7 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
             rr.fail(f'{rt.pin} is a GPU runtime: record the CUDA major it needs (cuda = "12")', "cuda")
         if not rt.gpu and any(majors.values()):
             rr.fail(f"{rt.pin} is not a GPU runtime: it needs no CUDA, cuDNN or TensorRT; remove the key", "cuda")
-        gpu_reqs = rr.strings("gpu_requirements", [], nonempty=False)
+        gpu_reqs = parse_requirements(f"{where}.gpu_requirements", rr.strings("gpu_requirements", [], nonempty=False), pinned=())
         if gpu_reqs and not rt.gpu:
             rr.fail(f"{rt.pin} is not a GPU runtime: gpu_requirements do not apply; remove the key", "gpu_requirements")
         declared.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
@@ -672,13 +753,15 @@ def _provider_options(file: str, raw: dict[str, Any]) -> dict[str, dict[str, Any
             for k, v in opts.items():
                 if isinstance(v, (dict, list)):
                     rd.fail(f"{k}: must be a string, number or boolean, got {v!r}", key)
+                if isinstance(v, float) and not math.isfinite(v):
+                    rd.fail(f"{k}: must be a finite number, got {v!r}", key)
             entry[key] = dict(opts)
         unknown = sorted(set(entry["native"]) - {"workspace_mib"})
         if unknown:
             rd.fail(f"unknown key(s) {', '.join(unknown)}; allowed: workspace_mib", "native")
         workspace = entry["native"].get("workspace_mib", 1)
-        if isinstance(workspace, bool) or not isinstance(workspace, int) or workspace < 1:
-            rd.fail(f"workspace_mib must be a positive integer (MiB), got {workspace!r}", "native")
+        if isinstance(workspace, bool) or not isinstance(workspace, int) or not 1 <= workspace <= WORKSPACE_MAX_MIB:
+            rd.fail(f"workspace_mib must be an integer of MiB within 1..{WORKSPACE_MAX_MIB} (1 TiB), got {workspace!r}", "native")
         for key in sorted(runtimes.precision_keys() & set(entry["options"])):
             rd.fail(f"{key} is set per column by the profile's precisions ({name}-fp16); remove it", "options")
         out[name] = entry

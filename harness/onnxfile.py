@@ -109,10 +109,10 @@ def _len_field(number: int, payload: bytes) -> bytes:
     return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
 
 
-def strip_weights(src: str | os.PathLike[str], zeros: str, minimum: int = 1024) -> tuple[bytes, int]:
-    """The model at ``src`` with the data of every floating initializer of at least ``minimum`` bytes in
-    a file of zeros named ``zeros`` beside it (ONNX external data); other initializers keep their data,
-    initializers already external are pointed at ``zeros`` too, and all keep their shape and type.
+def strip_weights(src: str | os.PathLike[str] | bytes, zeros: str, minimum: int = 1024) -> tuple[bytes, int]:
+    """The model at ``src`` (a path, or the model's bytes) with the data of every floating initializer of at
+    least ``minimum`` bytes in a file of zeros named ``zeros`` beside it (ONNX external data); other initializers
+    keep their data, initializers already external are pointed at ``zeros`` too, and all keep their shape and type.
 
     Returns the model's bytes and the size of the zeros file (:func:`write_zeros` makes it sparse). The
     graph is unchanged, so a model a runtime refuses at load (IR version, opset, operator) is refused the
@@ -121,8 +121,10 @@ def strip_weights(src: str | os.PathLike[str], zeros: str, minimum: int = 1024) 
     Raises:
         ValueError: The file is not a model, or it keeps external data that cannot be zeros.
     """
-    with open(src, "rb") as f:
-        buf = memoryview(f.read())
+    if not isinstance(src, bytes):
+        with open(src, "rb") as f:
+            src = f.read()
+    buf = memoryview(src)
     g_at, g_start, g_end = _graph(buf)
     graph = bytearray()
     offset = 0

@@ -108,15 +108,18 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
         return "the last export left something undone (a crash, a timeout or a corpus problem)"
     if stamp.get("inputs") != settings:
         return "its settings changed (matrix.toml or the command line)"
+    if (why := _damaged_stamp(stamp)) is not None:
+        return f"{out / layout.EXPORT_STAMP} is damaged ({why})"
     why = cache.files_unchanged(stamp["files"]) or cache.environment_unchanged(stamp["env"])
     if why is not None:
         return why
-    for folder, pattern, names in stamp.get("globs", ()):
+    for folder, pattern, names in stamp["globs"]:
         if cache.glob_names(folder, pattern) != names:
             return f"the probe files {pattern!r} under {folder} changed"
     manifest = cache.read_json(out / layout.MANIFEST)
     artifacts: Mapping[str, Mapping[str, str]] = stamp["artifacts"]
-    if not isinstance(manifest, dict) or sorted(manifest.get("artifacts", ())) != sorted(artifacts):
+    listed = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(a, str) for a in listed) or sorted(listed) != sorted(artifacts):
         return f"{out / layout.MANIFEST} does not list the stamped artifacts"
     store = cache.ExportStore(out / layout.STORE)
     for art_id, entry in artifacts.items():
@@ -127,10 +130,35 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
     return frontier.models_missing(out)
 
 
+def _damaged_stamp(stamp: Mapping[str, Any]) -> str | None:
+    """What in the export stamp is not as :func:`harness.export.export_all` writes it (None: each field that
+    the plan reads has its shape), so that a damaged stamp is one more reason to export, never a traceback."""
+    files, env, globs, artifacts = (stamp.get(k) for k in ("files", "env", "globs", "artifacts"))
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return "its files"
+    if not isinstance(env, dict) or not isinstance(env.get("prefix"), str) or not isinstance(env.get("site"), list):
+        return "its environment"
+    if not isinstance(globs, list) or not all(_glob(g) for g in globs):
+        return "its probe-file patterns"
+    entries = artifacts.values() if isinstance(artifacts, dict) else None
+    if entries is None or not all(isinstance(a, dict) and _text(a.get("key")) and _text(a.get("digest")) for a in entries):
+        return "its artifacts"
+    return None
+
+
+def _glob(item: Any) -> bool:
+    return isinstance(item, list) and len(item) == 3 and _text(item[0]) and _text(item[1]) and isinstance(item[2], list)
+
+
+def _text(value: Any) -> bool:
+    """A string a path can be made of (JSON may hold a NUL, which no path may)."""
+    return isinstance(value, str) and "\0" not in value
+
+
 def _run_why(out: Path, matrix: Matrix, runtime: Runtime, column: str, stamp: Mapping[str, Any]) -> str | None:
     shard = layout.shard_path(out, runtime, column)
     mine = cache.read_json(layout.stamp_path(out, runtime, column))
-    if not isinstance(mine, dict):
+    if not isinstance(mine, dict) or not isinstance(mine.get("sha256"), str):  # none, damaged, or open (killed)
         return f"{column}: not run to the end yet"
     if mine.get("redo"):  # sealed (whole), but a rerun has something to do
         return f"{column}: {mine['redo']}"
@@ -138,8 +166,8 @@ def _run_why(out: Path, matrix: Matrix, runtime: Runtime, column: str, stamp: Ma
     if mine.get("inputs") != stamps.shard_inputs(artifacts, matrix, runtime, column):
         return f"{column}: artifacts, settings or harness code changed"
     try:
-        if cache.sha256_file(shard) != mine.get("sha256"):
-            return f"{column}: {shard} changed since it was written"
+        if cache.sha256_file(shard) != mine["sha256"]:
+            return f"{column}: {shard} changed after its run sealed it (its every cell runs again)"
     except OSError:
         return f"{column}: {shard} is gone"
     return cache.environment_unchanged(mine.get("env"))
@@ -156,8 +184,10 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         return f"its inputs changed since {results} was written"
     if (why := cache.environment_unchanged(stamp.get("env"))) is not None:
         return why
-    stat = stamp.get("stat") or {}
-    for name, sha in stamp["outputs"].items():
+    stat, outputs = stamp.get("stat"), stamp.get("outputs")
+    if not isinstance(outputs, dict) or not isinstance(stat, dict):
+        return f"{layout.report_stamp(out, profile.name)} is damaged"
+    for name, sha in outputs.items():
         path = results / name
         try:
             same = os.path.isfile(path) and cache.verify(path, sha, stat.get(name))[0]

@@ -14,12 +14,63 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness import runtimes
+from harness import lock, runtimes
 from harness.errors import HarnessError
 from harness.records import CellRecord, Status
 
 CASES = "cases.json"
 """Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
+
+
+REPORT_FILES = frozenset(
+    {"README.md", "index.html", "matrix.jsonl", "environment.json", CASES, "rewrites.json", "frontier.json",
+     "history.jsonl", "cases", "plots", "repro"}
+)  # fmt: skip
+"""What a report writes in its folder: all of it is replaced by the next report (``tests/test_publish.py``
+checks that a real report writes nothing else)."""
+
+KEPT = frozenset({lock.NAME, lock.STAGE, "device.json", "device_check.log"})
+"""What a report's folder holds that the report does not write, and keeps: its locks, and the facts of the
+GPU machine that measured it (``bench/device_check.sh collect`` writes them beside its report)."""
+
+
+def kept(results: Path) -> list[str]:
+    """The names in ``results`` that a new report keeps (:data:`KEPT`, and folders of profiles published
+    inside it, such as ``openvino/``); what a publication left behind (``.*.tmp``) goes.
+
+    Raises:
+        HarnessError: ``results`` holds anything else (it is not a results folder: the project's root, a
+            build folder, a folder of documents), or report files without the table they come with.
+    """
+    if not results.exists():
+        return []
+    if not results.is_dir():
+        raise HarnessError(f"report: {results} is not a folder: give --results a folder (new, empty, or a previous report's)")
+    keep, problem = _kept(results)
+    if problem:
+        raise HarnessError(
+            f"report: not writing into {results}: {problem}, so it is not a results folder and the report would "
+            "replace what is there; give --results a new or empty folder, or one a report wrote"
+        )
+    return keep
+
+
+def _kept(folder: Path) -> tuple[list[str], str | None]:
+    keep: list[str] = []
+    names = sorted(entry.name for entry in folder.iterdir())
+    if any(n in REPORT_FILES for n in names) and "matrix.jsonl" not in names:
+        return [], f"{folder} holds {next(n for n in names if n in REPORT_FILES)} but no matrix.jsonl"
+    for name in names:
+        entry = folder / name
+        if name in REPORT_FILES or (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        if name in KEPT and not entry.is_dir():
+            keep.append(name)
+        elif entry.is_dir() and not entry.is_symlink() and (_kept(entry)[1] is None):
+            keep.append(name)  # a profile published in a folder of its own (results/openvino/)
+        else:
+            return [], f"{entry} is not part of a report"
+    return keep, None
 
 
 def default_results() -> Path:

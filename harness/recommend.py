@@ -81,7 +81,7 @@ def table_for(spec: str, source: str) -> str:
     for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
         try:
             resolve_runtime(spec, read_pins(table), table)
-        except (HarnessError, OSError):
+        except (HarnessError, OSError, ValueError):  # not there, or damaged (not UTF-8): not the one that measured it
             continue
         return table
     return source

@@ -21,6 +21,7 @@ Needs pandas and tabulate (the report environment), never torch or a runtime.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -32,14 +33,14 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness import cache, frontier, gpuref, history, layout, markdown, page, plots, recommend, runtimes, staged, stamps
+from harness import cache, frontier, gpuref, history, layout, lock, markdown, page, plots, published, recommend, runtimes, stamps
 from harness.errors import HarnessError
 from harness.markdown import LEGEND
 from harness.matrix import Profile, version_tuple
 from harness.published import CASES, REWRITES, column_label, group_by, published_beside, runtime_order, why, worst
 from harness.records import CellRecord, ExportRecord, Status, by_written_opset, spread
 from harness.repro import FAILING, write_repros
-from harness.staged import Staged
+from harness.staged import Publication, recover
 
 __all__ = ["LEGEND", "build", "gather", "your_models"]
 
@@ -92,29 +93,53 @@ def build(
     """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
     (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer.
 
-    Only whole shards are published (:func:`gather`); with ``partial``, what there is, and the report
-    says so on its first line and on the page (and adds no entry to the history). Every file is staged
-    and put in place together (:class:`harness.staged.Staged`): a write that fails leaves the previous
-    results as they were and no temporary file.
+    Only whole shards are published (:func:`gather`), and only from artifacts whose files are the ones the
+    export recorded; with ``partial``, what there is, and the report says so on its first line and on the
+    page (and adds no entry to the history). The new report is written whole beside ``results`` and
+    swapped in at once (:class:`harness.staged.Publication`): a write that fails, a refused rename or a
+    kill at any instant leaves the previous report whole.
 
     Raises:
-        HarnessError: the shards are not whole (without ``partial``), or ``results`` cannot be written.
+        HarnessError: the shards are not whole (without ``partial``), an artifact changed, ``results`` is
+            not a results folder (:func:`harness.published.kept`), or it cannot be written.
     """
-    cells, exports, problems = gather(out, profile, partial=partial)
-    stage = Staged()
     try:
-        staged.sweep(results)  # what a report killed while staging left (SIGKILL: no abort ran)
-        summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
-        stage.commit()
+        for line in recover(results):  # what a report killed while publishing left
+            print(line, file=sys.stderr)
     except OSError as exc:
-        stage.abort()
+        raise HarnessError(
+            f"report: {results} is missing and the previous report beside it cannot be put back ({exc.strerror or exc}): "
+            "fix the folder's permissions, then run the report again"
+        ) from None
+    keep = published.kept(results)
+    cells, exports, problems = gather(out, profile, partial=partial)
+    if changed := layout.damaged(out, exports):
+        art_id, what = next(iter(sorted(changed.items())))
+        raise HarnessError(
+            f"report: not publishing profile {profile.name!r}: {len(changed)} artifact(s) changed since the export wrote "
+            f"them ({art_id}: {what}); run `nox -s matrix` (it exports them again and runs their cells)"
+        )
+    stage: Publication | None = None
+    try:
+        stage = Publication(results, keep)
+        summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
+        with contextlib.ExitStack() as held:  # the profiles published inside it keep still while they are carried over
+            for name in keep:
+                if (results / name).is_dir():
+                    held.enter_context(lock.acquire(results / name, lock.command_line()))
+            if note := stage.commit():
+                print(note, file=sys.stderr)
+    except OSError as exc:
+        if stage is not None:
+            stage.abort()
         where = f" ({exc.filename})" if exc.filename else ""
         raise HarnessError(
             f"report: cannot write {results}: {exc.strerror or exc}{where}; the previous report is left as it was: "
             "free some space or fix the folder's permissions, then run the report again"
         ) from None
-    except BaseException:  # Ctrl-C, a bug: nothing half-written stays behind either
-        stage.abort()
+    except BaseException:  # a refusal, Ctrl-C, a bug: the published folder was never touched
+        if stage is not None:
+            stage.abort()
         raise
     try:
         stamps.write_report_stamp(out, profile, results, builtin)
@@ -129,7 +154,7 @@ def build(
 def _build(
     out: Path,
     results: Path,
-    stage: Staged,
+    stage: Publication,
     raw_cells: list[CellRecord],
     raw_exports: list[ExportRecord],
     problems: list[str],
@@ -209,7 +234,11 @@ def _environment(
     earlier = next((e for e in history.read(results / history.HISTORY) if e.get("run") == run_id), {})
     if earlier.get("wall_seconds") is not None:
         wall = earlier["wall_seconds"]
-    export_stats = (cache.read_json(out / layout.EXPORT_STAMP) or {}).get("stats", {})
+    export_stamp = _mapping(cache.read_json(out / layout.EXPORT_STAMP))
+    export_stats = _mapping(export_stamp.get("stats"))
+    settings = _mapping(_mapping(export_stamp.get("inputs")).get("settings"))
+    # The tolerance every case without its own was compared with, as the export that wrote the references used it.
+    tolerance = {k: settings[k] for k in ("atol", "rtol", "scaled") if isinstance(settings.get(k), int | float)}
     runtimes_env = {}
     for c in raw:
         if c.env and c.runtime not in runtimes_env:
@@ -226,17 +255,27 @@ def _environment(
         "reproducers": repros,
         "problems": manifest.get("problems", []),
     }
+    if tolerance:
+        environment["tolerance"] = tolerance
     if problems:  # published only when asked for (--partial): said on the README's first line and on the page
         environment["partial"] = problems
     return environment
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` where it is a JSON object, else an empty one (a damaged stamp says nothing)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _history(
-    stage: Staged, results: Path, profile: Profile, df: pd.DataFrame, environment: Mapping[str, Any], counts: dict[str, int],
+    stage: Publication, results: Path, profile: Profile, df: pd.DataFrame, environment: Mapping[str, Any], counts: dict[str, int],
     runs: list[Path], *, partial: bool,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """This run's line in ``history.jsonl`` (not a partial report's: the trend stays the runs'), and the trend."""
+    """This run's line in ``history.jsonl`` (not a partial report's: the trend stays the runs', carried over as it
+    is), and the trend."""
     if partial:
+        with contextlib.suppress(FileNotFoundError):
+            stage.write_bytes(results / history.HISTORY, (results / history.HISTORY).read_bytes())
         return history.read(results / history.HISTORY)
     entry = history.summary(
         run=history.run_id(runs),
@@ -439,18 +478,15 @@ def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _write_lines(stage: Staged, path: Path, rows: Iterable[dict[str, Any]]) -> None:
+def _write_lines(stage: Publication, path: Path, rows: Iterable[dict[str, Any]]) -> None:
     stage.write_text(path, "".join(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n" for row in rows))
 
 
-def _write_case_pages(stage: Staged, results: Path, pages: Mapping[str, str]) -> None:
-    """Write each case's page; a page of a case the table no longer holds goes."""
+def _write_case_pages(stage: Publication, results: Path, pages: Mapping[str, str]) -> None:
+    """Write each case's page (the new folder holds no page of a case the table no longer holds)."""
     folder = stage.folder(results / markdown.CASE_PAGES)
     for case, text in pages.items():
         stage.write_text(folder / f"{case}.md", text)
-    for old in folder.glob("*.md"):
-        if old.stem not in pages:
-            stage.remove(old)
 
 
 def _fold_cases(df: pd.DataFrame) -> pd.Series:
@@ -485,15 +521,13 @@ def _pass_rates(folded: pd.Series, columns: list[str], cases: Sequence[str] | No
 
 
 def _plots(
-    stage: Staged,
+    stage: Publication,
     results: Path, folded: pd.Series, columns: list[str], twins: Sequence[str], runtime_axis: str
 ) -> list[tuple[str, str]]:
     """Write results/plots/*.svg; return (title, path relative to results/) for the README: the pass rate of the
     fixed twins (the models written as the cards recommend: what a user can ship), then of every case (the
     gotchas included, which fail on purpose), per exporter × opset over the runtimes."""
     folder = stage.folder(results / "plots")
-    for stale in ("latency.svg",):  # the latency plot went: five toy cases' medians said nothing a user can use
-        stage.remove(folder / stale)
     figures = []
     charts = (
         ("pass_rate", f"Fixed twins ({len(twins)} cases) whose every probe passes, % per exporter and opset", twins),

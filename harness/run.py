@@ -9,9 +9,12 @@ the registry's (:mod:`harness.runtimes`); the cells themselves are the backend c
 1. :func:`_column_record`: a broken environment, or a column that cannot run here, is one runtime-wide
    record (``env-error``, ``unavailable``) with the reason and the fix, sealed, never one failure per cell;
 2. :meth:`_Column.plan`: every cell whose content address (:func:`harness.cache.cell_key`) is unchanged,
-   whose line passes its checksum and that does not depend on the machine is kept; the rest become tasks;
-3. :meth:`_Column.correctness`: the tasks in worker processes, each cell appended as it arrives (fsynced at
-   least every half second): a worker that dies or hangs costs the probe it was on;
+   whose line passes its checksum, that its shard's seal vouches for (:func:`harness.layout.resume`: a shard
+   changed after it was sealed is redone whole) and that does not depend on the machine is kept; the rest
+   become tasks;
+3. :meth:`_Column.correctness`: the tasks in worker processes, each cell appended as it arrives and
+   checkpointed in the shard's open seal (fsynced at least every half second): a worker that dies or hangs
+   costs the probe it was on;
 4. :meth:`_Column.latency`: serially, with a fixed thread count, so no two timed sessions share the CPU;
 5. :meth:`_Column.seal`: the shard rewritten atomically, one line per cell, and sealed for the report and
    :mod:`harness.plan` (never where an artifact's files changed since the export).
@@ -109,7 +112,6 @@ def _column_record(
 def _seal_wide(out: Path, runtime: Runtime, column: str, wide: CellRecord, echo: Callable[[str], Any]) -> CellRecord:
     echo(f"run {runtime.pin} {column}: {wide.status.value}: {wide.error_line}")
     path = layout.shard_path(out, runtime, column)
-    layout.stamp_path(out, runtime, column).unlink(missing_ok=True)
     layout.write_shard(path, [wide])
     # Sealed (the report may publish it), but never up to date: it depends on this machine, checked every run.
     layout.seal(path, {"redo": f"{wide.status.value} here: checked again every run", "env": cache.environment()})
@@ -170,7 +172,9 @@ class _Column:
 
     def plan(self, force: bool) -> list[CellTask]:
         """Keep what is reusable, decide what the export decided, and make a task of each artifact's rest."""
-        existing, corrupt = ({}, 0) if force or not self.path.exists() else layout.read(self.path)
+        existing, corrupt, distrust = ({}, 0, None) if force else layout.resume(self.path)
+        if distrust is not None:  # a seal that vouches for none of it: every line of it is evidence of nothing
+            self.echo(f"run {self.runtime.pin} {self.column}: {distrust}: none of its cells is reused, every cell runs again")
         if corrupt:
             what = f"{corrupt} line(s) of {self.path} fail their checksum: those cells run again"
             self.echo(f"run {self.runtime.pin} {self.column}: {what}")
@@ -226,8 +230,7 @@ class _Column:
         )
 
     def layout_shard(self) -> None:
-        """Start the shard afresh with what is kept (its seal goes first: it is about to change)."""
-        layout.stamp_path(self.out, self.runtime, self.column).unlink(missing_ok=True)
+        """Start the shard afresh with what is kept, under an open seal (:func:`harness.layout.checkpoint`)."""
         layout.write_shard(self.path, [*self.cells.values(), *self.kept])
 
     def correctness(self, tasks: list[CellTask], appender: layout.Appender) -> None:

@@ -152,11 +152,19 @@ def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[
         *(frontier.result_path(out, rt.id) for rt in profile.runtimes),
         *sorted(results.glob("*/environment.json")),  # profiles published beside it, which its README lists
     ]
-    hashes = [(p.name, cache.sha256_file(p)) for p in files if p.exists()]
+    hashes = [(p.name, _sha256(p)) for p in files if p.exists()]
     stamp = cache.read_json(out / layout.EXPORT_STAMP)
     exports = stamp.get("artifacts") if isinstance(stamp, dict) else None
     code = cache.code_digest(report_code())
     return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, exports, code)
+
+
+def _sha256(path: Path) -> str:
+    """A file's hash, or what stands in its place (a folder, an unreadable file): the report refuses it."""
+    try:
+        return cache.sha256_file(path)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
 
 
 def report_outputs(results: Path) -> list[Path]:

@@ -150,6 +150,7 @@ def test_user_corpus_end_to_end_and_a_raising_factory_costs_its_own_case(tmp_pat
     assert "building the case failed: RuntimeError: factory exploded" in broken[0]["error_line"]
     readme = (results / "README.md").read_text()
     assert "[user_scale](cases/user_scale.md)" in readme
+    assert "**Tolerance.**" in readme and "cases with atol 0.0001, rtol 0.001, scaled 1e-05" in readme  # issue 26
     assert "x.shape[0] traced as a constant" in (results / "cases" / "user_scale.md").read_text()
 
 
@@ -157,3 +158,41 @@ def test_user_corpus_end_to_end_and_a_raising_factory_costs_its_own_case(tmp_pat
 def test_unknown_option_is_argparse_usage(flag: str) -> None:
     proc = harness("export", flag)
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr
+
+
+JOB = """
+import argparse, importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("noxfile", sys.argv[1])
+noxfile = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(noxfile)
+noxfile._hold(argparse.Namespace(out=sys.argv[2], results=sys.argv[3]), "nox -s matrix -- --out job", print)
+print(json.dumps(dict(os.environ)), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_job_holds_its_results_folder_too(tmp_path: Path) -> None:
+    """Issue 26, finding 7: `harness report --out other --results <a job's results>` during the job overwrote them.
+    The job (the noxfile's own lock-taking, in a process of its own) holds its build and results folders; another
+    writer into its results is refused at once naming it, and the job's own report stage goes on past both locks."""
+    build, results = tmp_path / "build", tmp_path / "build-results"
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(ROOT / "noxfile.py"), str(build), str(results)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert job.stdout is not None
+        env = json.loads(job.stdout.readline())
+        other = one_line_error(harness("report", "--out", str(tmp_path / "other"), "--results", str(results)))
+        assert f"{results} is in use by PID {job.pid}" in other and "(nox -s matrix -- --out job)" in other
+        stage = subprocess.run(
+            [sys.executable, "-m", "harness", "report", "--out", str(build), "--results", str(results)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert "in use by" not in stage.stderr and "no export found" in stage.stderr, stage.stderr
+    finally:
+        job.communicate("", timeout=60)
+    assert job.returncode == 0
+    assert one_line_error(harness("report", "--out", str(tmp_path / "other"), "--results", str(results))).endswith(
+        "no export found; run `nox -s export` (or `harness export`) first"
+    )  # free once the job ended

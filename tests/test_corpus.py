@@ -58,6 +58,9 @@ BAD_TOLERANCES = [
     ({"output_tolerance": {"out0": {"atol": 1.0}}}, r"output_tolerance keys are output indices \(0, 1, \.\.\.\), got 'out0'"),
     ({"output_tolerance": {0: {"atl": 1.0}}}, r"output_tolerance\[0\]: unknown key 'atl'; use atol, rtol, scaled"),
     ({"output_tolerance": {0: {"rtol": float("inf")}}}, r"output_tolerance\[0\]\['rtol'\] must be a finite number >= 0, got inf"),
+    # Issue 26: atol = 1e300 published real mismatches as pass; a case's own bound is capped as matrix.toml's is.
+    ({"atol": 1e300}, r"atol must be <= 0\.1 \(a wider bound passes real mismatches\), got 1e\+300"),
+    ({"output_tolerance": {1: {"scaled": 0.5}}}, r"output_tolerance\[1\]\['scaled'\] must be <= 0\.1 .*, got 0\.5"),
 ]
 
 
@@ -100,3 +103,15 @@ def test_a_case_for_one_exporter_says_why_the_other_does_not_apply() -> None:
     corpus.Registry().add(case(exporters=("torchscript",), skip_reason="a ScriptModule"))
     scripted = corpus.load(["models.articles"], ROOT)["loop_scripted"]
     assert scripted.exporters == ("torchscript",) and "torchscript exporter only" in scripted.skip_reason
+
+
+def test_a_corpus_module_that_registers_no_case_is_one_line(tmp_path: Path) -> None:
+    """Issue 26: `corpus = "os"` was accepted and added nothing; a corpus source must register a case."""
+    (tmp_path / "helpers.py").write_text("X = 1\n")
+    registry = corpus.load(["os", str(tmp_path / "helpers.py")], tmp_path)
+    assert len(registry) == 0
+    assert registry.import_failures == [
+        f"corpus {source}: registers no case (a corpus module calls harness.corpus.register); "
+        "remove it from [corpus] modules or --corpus, or register its cases"
+        for source in ("os", str(tmp_path / "helpers.py"))
+    ]

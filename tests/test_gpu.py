@@ -137,7 +137,7 @@ def test_a_profile_runs_each_provider_where_the_package_offers_it_and_tensorrt_p
         (
             "native = { workspace_mib = 4096 }",
             'native = { workspace_mib = "lots" }',
-            r"providers\.tensorrt\.native: workspace_mib must be a positive integer \(MiB\), got 'lots'",
+            r"providers\.tensorrt\.native: workspace_mib must be an integer of MiB within 1\.\.1048576 \(1 TiB\), got 'lots'",
         ),
         (
             "options = { trt_max_workspace_size",

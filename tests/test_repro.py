@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from harness.cache import sha256_file
+from harness.errors import HarnessError
 from harness.records import CellRecord, ExportRecord, Stage, Status
 from harness.repro import FAILING, MARKER, ONNX_TYPES, encode_tensor, write_repros
 
@@ -134,7 +137,8 @@ def _artifact(
         ir_version=model.ir_version if model is not None else None,
         graph=graph,
         probes=tuple(probes),
-        sha256="0" * 64,
+        sha256=sha256_file(art / "model.onnx") if model is not None else None,  # as the export records them
+        reference_sha256=sha256_file(art / "reference.npz"),
         **fields,
     )
     (art / "export.json").write_text(json.dumps(rec.to_dict(), indent=1, sort_keys=True))
@@ -490,49 +494,49 @@ def test_rerun_is_byte_identical(matrix: tuple[Path, Path, list[CellRecord], lis
     assert not [p for p in (results / "repro").iterdir() if p.name.startswith(".")]  # no temporary folder left
 
 
-def test_rerun_touches_nothing_unchanged_and_restores_edits(
+def test_a_rerun_writes_the_same_folders_and_restores_edits(
     matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]],
 ) -> None:
     build, results, cells, exports = matrix
     write_repros(build, results, cells, exports, CONSTRAINTS)
     first = _tree(results)
     script = results / "repro/floor_div.dynamo.op17/repro.py"
-    inode = script.stat().st_ino
-    write_repros(build, results, cells, exports, CONSTRAINTS)
-    assert script.stat().st_ino == inode  # the folder was left as it was
     script.write_text("edited")
     (script.parent / "stray.txt").write_text("x")
     write_repros(build, results, cells, exports, CONSTRAINTS)
     assert _tree(results) == first
 
 
-def test_stopped_failing_is_removed_and_others_kept(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
+def test_a_reproducer_shares_no_inode_with_the_build_and_publishes_only_recorded_bytes(
+    matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]],
+) -> None:
+    """Issue 26: reproducers hard-linked the artifact's files, so an edit in place of model.onnx reached the
+    published folder; now each is a copy of bytes checked against the export's hashes as they are read."""
+    build, results, cells, exports = matrix
+    written = write_repros(build, results, cells, exports, CONSTRAINTS)
+    for art_id, rel in written.items():
+        src, published = build / "artifacts" / art_id / "model.onnx", results / rel / "model.onnx"
+        assert published.read_bytes() == src.read_bytes() and not os.path.samefile(src, published)
+    before = _tree(results)
+    model = build / "artifacts" / "floor_div.dynamo.op17" / "model.onnx"
+    model.write_bytes(model.read_bytes() + b"\x00")  # an edit in place, after the export recorded its hash
+    with pytest.raises(HarnessError, match=r"floor_div\.dynamo\.op17/model\.onnx changed since the export wrote it"):
+        write_repros(build, results, cells, exports, CONSTRAINTS)
+    assert _tree(results) == before  # nothing published
+
+
+def test_a_case_that_stopped_failing_loses_its_folder(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
     build, results, cells, exports = matrix
     write_repros(build, results, cells, exports, CONSTRAINTS)
     root = results / "repro"
-    (root / "notes").mkdir()
-    (root / "notes" / "keep.md").write_text("mine")
-    (root / "README.md").write_text("index")
-    (root / "hand_made.dynamo.op17").mkdir()  # an artifact-like name, but not ours: no marker
-    (root / "hand_made.dynamo.op17" / "repro.py").write_text("print('mine')\n")
-    (root / ".floor_div.dynamo.op17.tmp-repro").mkdir()  # left by a killed run
-    (root / "gone_case.dynamo.op18").mkdir()  # ours, from an earlier run of a case since dropped
-    (root / "gone_case.dynamo.op18" / "repro.py").write_text(f'"""x\n\n{MARKER} from the compatibility matrix."""\n')
-
     fixed = [c.replace(status=Status.PASS) if c.case == "floor_div" else c for c in cells]
     written = write_repros(build, results, fixed, exports, CONSTRAINTS)
     assert "floor_div.dynamo.op17" not in written
-    assert sorted(p.name for p in root.iterdir()) == sorted([*written, "notes", "README.md", "hand_made.dynamo.op17"])
-
-    # Nothing fails any more: every folder of ours goes, the rest stays.
+    assert sorted(p.name for p in root.iterdir()) == sorted(written)
     passing = [c.replace(status=Status.PASS) if c.status in FAILING else c for c in cells]
     assert write_repros(build, results, passing, exports, CONSTRAINTS) == {}
-    assert sorted(p.name for p in root.iterdir()) == ["README.md", "hand_made.dynamo.op17", "notes"]
-    shutil.rmtree(root / "notes")
-    (root / "README.md").unlink()
-    shutil.rmtree(root / "hand_made.dynamo.op17")
-    write_repros(build, results, passing, exports, CONSTRAINTS)
-    assert not root.exists()  # an empty results/repro/ is not left behind
+    assert not root.exists()  # no empty results/repro/ either
+    assert not [p for p in results.parent.iterdir() if p.name.endswith(".tmp")]  # nor a temporary folder
 
 
 def test_artifact_without_model_or_record_is_skipped(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
