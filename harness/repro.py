@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 
 from harness import layout, runtimes
-from harness.errors import HarnessError
 from harness.onnxfile import strip_weights
 from harness.published import runtime_key
 from harness.records import CellRecord, ExportRecord, Status
-from harness.staged import Publication
+from harness.staged import Publication, changed_since_export
 
 REPRO_DIR = "repro"
 """Folder under ``results/`` that holds one reproducer folder per failing artifact."""
@@ -478,10 +477,7 @@ def _recorded(path: Path, sha256: str | None) -> bytes:
     """
     data = path.read_bytes()
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise HarnessError(
-            f"report: {path} changed since the export wrote it (its SHA-256 is not the one recorded): nothing is "
-            "published; run `nox -s matrix` (it exports it again)"
-        )
+        raise changed_since_export(path)
     return data
 
 

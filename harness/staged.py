@@ -98,6 +98,14 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def changed_since_export(path: Path) -> HarnessError:
+    """The refusal of a build file whose bytes are not the ones the export recorded: nothing is published."""
+    return HarnessError(
+        f"report: {path} changed since the export wrote it (its SHA-256 is not the one recorded): nothing is "
+        "published; run `nox -s matrix` (it exports it again)"
+    )
+
+
 class Publication:
     """The next report of ``folder``, written beside it (:meth:`write_bytes`, :meth:`copy`, ...) under the
     paths it will have once published, and put in its place by :meth:`commit`, or dropped by :meth:`abort`.
@@ -153,10 +161,7 @@ class Publication:
                 h.update(chunk)
                 dst.write(chunk)
         if sha256 is not None and h.hexdigest() != sha256:
-            raise HarnessError(
-                f"report: {src} changed since the export wrote it (its SHA-256 is not the one recorded): nothing is "
-                "published; run `nox -s matrix` (it exports it again)"
-            )
+            raise changed_since_export(src)
 
     def commit(self) -> str | None:
         """Carry over what the report keeps, then put the new folder in the published one's place at once.
