@@ -10,7 +10,7 @@ exporter or runtime is involved.
     python bench/cuda_reference.py --out build            # the export's folder
     python bench/cuda_reference.py --out build --json     # one JSON line per case × probe
 
-The report joins it into the verdicts (:mod:`harness.gpuref`): each mismatch of an NVIDIA column says whether
+The report joins it into the verdicts (:mod:`harness.publish.gpu_outputs`): each mismatch of an NVIDIA column says whether
 torch on the GPU agrees with the CPU reference. It needs torch built with CUDA and the corpus (matrix.toml's
 [corpus]); bench/device_check.sh and bench/gpu_check.sh run it
 with the interpreter named by TORCH_PYTHON (default python3) when that torch sees a GPU. It writes
@@ -71,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from harness import corpus, layout
-    from harness.compare import compare, describe
-    from harness.matrix import load
-    from harness.records import ExportRecord
+    from harness.build import layout
+    from harness.cases import corpus
+    from harness.config.matrix import load
+    from harness.core.records import ExportRecord
+    from harness.numeric.compare import compare, describe
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():

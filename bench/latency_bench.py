@@ -5,7 +5,7 @@ session settings (``[latency] threads`` intra-op threads, one inter-op
 thread), this alternates two measurements of the same session on the
 ``example`` probe:
 
-- the harness's timing function (:func:`harness.backends.base.time_runs`:
+- the harness's timing function (:func:`harness.run.backends.base.time_runs`:
   warm-up, then windows of ``min_runs`` until the median settles), and
 - a bare loop: ``t = perf_counter(); session.run(None, feeds)`` as many times
   as the harness timed,
@@ -35,10 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.backends.base import feeds_for, time_runs  # noqa: E402
-from harness.backends.onnxruntime import OnnxRuntime  # noqa: E402
-from harness.matrix import load  # noqa: E402
-from harness.records import error_line  # noqa: E402
+from harness.config.matrix import load  # noqa: E402
+from harness.core.records import error_line  # noqa: E402
+from harness.run.backends.base import feeds_for, time_runs  # noqa: E402
+from harness.run.backends.onnxruntime import OnnxRuntime  # noqa: E402
 
 # Small to medium graphs of different kinds; the first that exist in the build folder are used.
 DEFAULT = (

@@ -43,17 +43,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import cache  # noqa: E402
-from harness.layout import EXPORT_STAMP as STAMP  # noqa: E402
-from harness.layout import stamp_path  # noqa: E402
-from harness.matrix import load  # noqa: E402
+from harness.build import cache  # noqa: E402
+from harness.build.layout import EXPORT_STAMP as STAMP  # noqa: E402
+from harness.build.layout import stamp_path  # noqa: E402
+from harness.config.matrix import load  # noqa: E402
 
 # The bench's own case, added to every run: "touching one case" edits its forward.
 CASE = '''"""matrix_bench's own case: one small model whose forward the bench edits between runs."""
 
 import torch
 
-from harness.corpus import Case, randn, register
+from harness.cases.corpus import Case, randn, register
 
 
 class BenchScale(torch.nn.Module):

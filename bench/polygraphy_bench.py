@@ -6,12 +6,12 @@ cell (artifact × probe, onnxruntime CPU) is checked two ways:
 - Polygraphy, the way users run it: one ``polygraphy run model.onnx --onnxrt --load-inputs in.json
   --load-outputs ref.json --atol A --rtol R --check-error-stat elemwise --infinities-compare-equal``
   process per artifact, each probe one iteration of it. ``in.json`` is a list of feed dicts (the
-  graph's inputs by name, as ``harness.backends.base.feeds_for`` picks them) and ``ref.json`` a
+  graph's inputs by name, as ``harness.run.backends.base.feeds_for`` picks them) and ``ref.json`` a
   ``RunResults`` of torch's outputs under the graph's output names, both written with Polygraphy's
   own serializer. A cell passes when the exit status is 0, or else when its iteration's comparison
   logged ``PASSED``: an invocation that dies on one probe keeps the verdicts logged before it, and
   the probes after it fail (Polygraphy never ran them).
-- The harness: :func:`harness.run.run_runtime` in this process over a build folder holding only the
+- The harness: :func:`harness.run.stage.run_runtime` in this process over a build folder holding only the
   sampled artifacts (copies), ``force=True``, no latency phase.
 
 Measured: wall seconds of the Polygraphy loop (serial, as a user's shell loop runs) and of the
@@ -20,7 +20,7 @@ mismatch included); preparing the files for either side is not timed. Printed: c
 the ratio harness/Polygraphy (target: at least 100), the median seconds per Polygraphy invocation
 (mostly start-up) and the cells where the verdicts differ.
 
-Polygraphy's elementwise test is not the harness's (:mod:`harness.compare`):
+Polygraphy's elementwise test is not the harness's (:mod:`harness.numeric.compare`):
 
 - an element fails for Polygraphy when ``|out - ref| > atol`` *and* ``|out - ref| / |ref| > rtol``,
   i.e. it passes ``|out - ref| <= max(atol, rtol * |ref|)``, up to twice as loose as
@@ -57,11 +57,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.errors import HarnessError  # noqa: E402
-from harness.layout import MANIFEST, load_artifacts, probe_inputs, probe_outputs  # noqa: E402
-from harness.matrix import Matrix, Runtime, load  # noqa: E402
-from harness.records import ExportRecord, Status  # noqa: E402
-from harness.run import run_runtime  # noqa: E402
+from harness.build.layout import MANIFEST, load_artifacts, probe_inputs, probe_outputs  # noqa: E402
+from harness.config.matrix import Matrix, Runtime, load  # noqa: E402
+from harness.core.errors import HarnessError  # noqa: E402
+from harness.core.records import ExportRecord, Status  # noqa: E402
+from harness.run.stage import run_runtime  # noqa: E402
 
 _VERDICT = re.compile(r"^\[I\] Iteration: (\d+)\s*$|(PASSED|FAILED) \| simple \|")
 

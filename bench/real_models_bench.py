@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.progress import clock  # noqa: E402
+from harness.pool.progress import clock  # noqa: E402
 
 CORPUS = "examples/hf_models.py"
 FAILING = {"mismatch", "run-fail", "load-fail", "crash", "timeout"}
@@ -166,7 +166,7 @@ def _model_bytes(art: Path) -> int:
 
 def verdicts(results: Path) -> list[dict[str, Any]]:
     """Per case × exporter × opset × runtime × provider: the worst status, its probes, the largest errors."""
-    from harness.records import Status
+    from harness.core.records import Status
 
     order = [s.value for s in sorted(Status, key=lambda s: s.severity)]  # the table's folding rule
     rows: dict[tuple[str, str, int, str, str], dict[str, Any]] = {}

@@ -15,7 +15,7 @@ and numpy. ``--with PKG`` does the same for one run, ``[export] requirements`` i
 from __future__ import annotations
 
 from examples.hf_nets import hf_cases
-from harness.corpus import register
+from harness.cases import register
 
 REQUIREMENTS = ["transformers==5.24.0"]
 

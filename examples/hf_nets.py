@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.corpus import Case, lazy, randint, randn
+from harness.cases import Case, lazy, randint, randn
 
 # Config overrides per size. "full" is each architecture's reference size (the config's defaults are
 # bert-base-uncased, gpt2, vit-base-patch16-224, resnet-50; Whisper's are set to whisper-tiny).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.corpus import Case, randn, register, seeded
+from harness.cases import Case, randn, register, seeded
 
 
 class TinyClassifier(nn.Module):

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness import lock
-from harness.errors import HarnessError
-from harness.matrix import Matrix, Profile
-from harness.records import first_line
+from harness.build import lock
+from harness.config.matrix import Matrix, Profile
+from harness.core.errors import HarnessError
+from harness.core.records import first_line
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -94,7 +94,7 @@ def matrix_options() -> argparse.ArgumentParser:
 
 
 def _all_columns() -> list[str]:
-    from harness import runtimes
+    from harness.config import runtimes
 
     return list(dict.fromkeys(c for k in runtimes.KINDS for c in k.columns()))
 
@@ -212,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
-    from harness.plan import corpus_sources
+    from harness.build.plan import corpus_sources
 
     return corpus_sources(matrix, args.corpus, args.only_corpus)
 
@@ -262,12 +262,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _answer(args)
     if args.command == "reference":
         return _reference(args)
-    from harness.matrix import load
+    from harness.config.matrix import load
 
     matrix = load(args.matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
-    if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.lock
+    if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.build.lock
         with contextlib.ExitStack() as held:
             held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
             if args.command == "report":
@@ -292,7 +292,7 @@ def check_options(args: argparse.Namespace, root: Path | None = None) -> None:
     Raises:
         HarnessError: the option, what is wrong, the fix.
     """
-    from harness.matrix import BOUNDS
+    from harness.config.matrix import BOUNDS
 
     if getattr(args, "cases", None) is not None and not _cases(args):
         raise HarnessError(f"--cases {args.cases!r} names no case; give case names separated by commas (`harness list`)")
@@ -347,14 +347,14 @@ def _validate(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: P
 
 
 def _jobs(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import nightly
+    from harness.build import nightly
 
     print(json.dumps(nightly.jobs(args.sessions, profile), separators=(",", ":")))
     return 0
 
 
 def _gather(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import nightly
+    from harness.build import nightly
 
     written = nightly.gather(out, profile, args.sources, partial=args.partial)
     print(f"gathered {len(written)} shards into {out / 'shards'}")
@@ -368,7 +368,7 @@ def _sessions(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: P
 
 
 def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import corpus
+    from harness.cases import corpus
 
     registry = corpus.load(_corpus(matrix, args), _root(args))
     for case in registry:
@@ -379,7 +379,7 @@ def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
 
 def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import plan, stamps
+    from harness.build import plan, stamps
 
     results = Path(args.results) if args.results else profile.results(out)
     sources = _corpus(matrix, args)
@@ -390,7 +390,8 @@ def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
 
 def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import export, stamps
+    from harness.build import stamps
+    from harness.export import stage as export
 
     t0 = time.perf_counter()
     sources = _corpus(matrix, args)
@@ -412,7 +413,7 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
 
 
 def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import run
+    from harness.run import stage as run
 
     runtime = matrix.runtime(args.runtime)
     columns = args.provider or list(profile.columns(runtime))
@@ -430,7 +431,7 @@ def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) 
 
 
 def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness import report
+    from harness.publish import report
 
     results = Path(args.results) if args.results else profile.results(out)
     print(report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus, partial=args.partial))
@@ -455,8 +456,8 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _reference(args: argparse.Namespace) -> int:
-    from harness import reference
-    from harness.workers import die_with_parent
+    from harness.export import node_values as reference
+    from harness.pool.workers import die_with_parent
 
     die_with_parent(os.getppid())  # asked by a run-stage worker: it goes when that worker goes
     try:
@@ -486,7 +487,7 @@ def _reading(source: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _answer(args: argparse.Namespace) -> int:
-    from harness import diff, published
+    from harness.answer import diff, published
 
     if args.command == "diff":
         for table in (args.old, args.new):
@@ -504,7 +505,7 @@ def _answer(args: argparse.Namespace) -> int:
 
 
 def _recommend(args: argparse.Namespace) -> int:
-    from harness import published, recommend
+    from harness.answer import published, recommend
 
     given = args.results or published.default_results()
     with _reading(given):

@@ -1,1 +1,1 @@
-"""Corpus modules: gotcha cases registered with :func:`harness.corpus.register`."""
+"""Corpus modules: gotcha cases registered with :func:`harness.cases.corpus.register`."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.corpus import Card, Case, Claim, lazy, randint, randn, register
+from harness.cases import Card, Case, Claim, lazy, randint, randn, register
 
 if TYPE_CHECKING:
     import torch

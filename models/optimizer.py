@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.corpus import Card, Case, Claim, lazy, randn, register
+from harness.cases import Card, Case, Claim, lazy, randn, register
 
 if TYPE_CHECKING:
     import torch

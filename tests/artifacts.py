@@ -28,11 +28,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from harness.cache import sha256_file as sha256
-from harness.cache import write_json
-from harness.exporter import graph_stats
-from harness.layout import MANIFEST
-from harness.records import ArtifactKey, ExportRecord
+from harness.build.cache import sha256_file as sha256
+from harness.build.cache import write_json
+from harness.build.layout import MANIFEST
+from harness.core.records import ArtifactKey, ExportRecord
+from harness.export._exporters import graph_stats
 
 IR_VERSION = 8
 OPSET = 17

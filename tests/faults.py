@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from harness.backends.onnxruntime import OnnxRuntime
+from harness.run.backends.onnxruntime import OnnxRuntime
 
 
 def act(task: str) -> int:

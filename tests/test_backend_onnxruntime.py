@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from harness.backends.base import time_runs
-from harness.backends.onnxruntime import placement
-from harness.records import error_line
+from harness.core.records import error_line
+from harness.run.backends.base import time_runs
+from harness.run.backends.onnxruntime import placement
 
 IR = (
     "[ONNXRuntimeError] : 1 : FAIL : Load model from /tmp/x/build/artifacts/a.dynamo.op18/model.onnx failed:"
@@ -86,7 +86,7 @@ def test_the_budget_wins_over_the_window_for_a_slow_model(tmp_path: Path) -> Non
     warmup + 2 windows of them: one warm-up run and MIN_TIMED timed runs, even inside a window."""
     import onnxruntime
 
-    from harness.backends.base import MIN_TIMED
+    from harness.run.backends.base import MIN_TIMED
 
     x = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
     node = onnx.helper.make_node("MatMul", ["a", "b"], ["y"])

@@ -10,19 +10,20 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import recommend, report
-from harness.export import export_all
-from harness.matrix import Profile, load
-from harness.published import read_cases, read_cells
-from harness.records import Stage, Status
-from harness.run import run_runtime
+from harness.answer import recommend
+from harness.answer.published import read_cases, read_cells
+from harness.config.matrix import Profile, load
+from harness.core.records import Stage, Status
+from harness.export.stage import export_all
+from harness.publish import report
+from harness.run.stage import run_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
 CORPUS = """
 import time
 import torch
-from harness.corpus import Card, Case, randn, register
+from harness.cases.corpus import Card, Case, randn, register
 
 
 def slow():

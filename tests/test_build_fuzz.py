@@ -26,9 +26,12 @@ from typing import Any
 import onnxruntime
 import pytest
 
-from harness import cache, envprobe, export, frontier, gpuref, layout, lock, plan, stamps
-from harness.errors import HarnessError
-from harness.matrix import Matrix, load
+from harness.build import cache, frontier, layout, lock, plan, stamps
+from harness.config.matrix import Matrix, load
+from harness.core.errors import HarnessError
+from harness.export import stage as export
+from harness.publish import gpu_outputs as gpuref
+from harness.run import envprobe
 from tests.test_cache import CORPUS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Content-addressed caching (harness.cache, harness.plan) on real exports and the real runtime.
+"""Content-addressed caching (harness.build.cache, harness.build.plan) on real exports and the real runtime.
 
 A rerun with nothing changed exports nothing and runs nothing; a changed case
 redoes its own artifacts and cells and no other; a damaged cache entry or
@@ -16,14 +16,15 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import cache, corpus, layout, plan
-from harness.export import export_all
-from harness.layout import EXPORT_STAMP as STAMP
-from harness.layout import STORE, load_artifacts, read_shard, shard_path, stamp_path
-from harness.matrix import Profile, load
-from harness.records import Status
-from harness.run import run_runtime
-from harness.source import case_digest
+from harness.build import cache, layout, plan
+from harness.build.layout import EXPORT_STAMP as STAMP
+from harness.build.layout import STORE, load_artifacts, read_shard, shard_path, stamp_path
+from harness.cases import corpus
+from harness.cases.source import case_digest
+from harness.config.matrix import Profile, load
+from harness.core.records import Status
+from harness.export.stage import export_all
+from harness.run.stage import run_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
@@ -32,7 +33,7 @@ PROFILE = Profile("cache-test", (NEWEST,), ("cpu",), ("torchscript",), (18,))
 
 CORPUS = """
 import torch
-from harness.corpus import Case, randn, register
+from harness.cases.corpus import Case, randn, register
 
 
 class Double(torch.nn.Module):
@@ -65,7 +66,7 @@ def test_a_case_digest_is_the_same_in_a_fresh_process() -> None:
     here = _digests(list(MATRIX.corpus), ROOT)
     code = (
         "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-        "from tests.test_cache import _digests; from harness.matrix import load; "
+        "from tests.test_cache import _digests; from harness.config.matrix import load; "
         "m = load(Path(sys.argv[1]) / 'matrix.toml'); print(json.dumps(_digests(list(m.corpus), Path(sys.argv[1]))))"
     )
     proc = subprocess.run(
@@ -89,7 +90,7 @@ def test_a_case_digest_follows_the_class_a_lazy_factory_builds(tmp_path: Path) -
         "class B(torch.nn.Module):\n    def forward(self, x):\n        return x - 1\n"
     )
     (pkg / "cases.py").write_text(
-        "from harness.corpus import Case, lazy, randn, register\n"
+        "from harness.cases.corpus import Case, lazy, randn, register\n"
         "register(Case(name='a', model=lazy('lazycorpus._nets', 'A'), inputs=lambda: {'x': randn(2)}))\n"
         "register(Case(name='b', model=lazy('lazycorpus._nets', 'B'), inputs=lambda: {'x': randn(2)}))\n"
     )
@@ -275,7 +276,7 @@ def test_the_plan_names_what_changed(tmp_path: Path, user_corpus: Path) -> None:
 def test_the_environment_probe_is_remembered_per_environment_but_never_a_failure(
     tmp_path: Path, user_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness import envprobe
+    from harness.run import envprobe
 
     calls: list[str] = []
     real = envprobe.probe_environment
@@ -320,7 +321,7 @@ import functools
 import torch
 
 import helpers_mod
-from harness.corpus import Case, randn, register
+from harness.cases.corpus import Case, randn, register
 
 ACT = torch.relu
 DT = torch.float32
@@ -447,7 +448,7 @@ def test_a_comment_or_docstring_edit_moves_no_code_key(tmp_path: Path) -> None:
     base = digest('"""The module."""\n\nLIMIT = 3\n\n\ndef f(x):\n    """Doubles."""\n    return x * 2  # the rule\n')
     same = [
         '"""Another word for it."""\n\nLIMIT = 3\n"""An attribute docstring."""\n\n\n'
-        'def f(x):\n    # said here now\n    return x * 2\n',
+        "def f(x):\n    # said here now\n    return x * 2\n",
         "LIMIT = 3\ndef f(x):\n    return x * 2\n",  # no docstrings, no blank lines
     ]
     for text in same:
@@ -468,7 +469,7 @@ def test_a_comment_or_docstring_edit_moves_no_code_key(tmp_path: Path) -> None:
 def test_a_profiles_report_stamp_is_its_own(tmp_path: Path) -> None:
     """Two profiles reported from one build folder (the default and openvino, say) each keep their own stamp: reporting
     one leaves the other up to date, and a profile published inside another's folder is not the outer one's output."""
-    from harness import stamps
+    from harness.build import stamps
 
     out, results = tmp_path / "build", tmp_path / "results"
     (out / "shards").mkdir(parents=True)

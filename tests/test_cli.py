@@ -53,7 +53,7 @@ def small_matrix(tmp_path: Path, corpus: list[str]) -> Path:
 
 USER_CORPUS = """
 import torch
-from harness.corpus import Card, Case, randn, register, seeded
+from harness.cases.corpus import Card, Case, randn, register, seeded
 
 
 class Scale(torch.nn.Module):
@@ -106,7 +106,7 @@ def test_corpus_that_fails_to_import_names_the_file(tmp_path: Path) -> None:
 def test_duplicate_case_name_names_both_files(tmp_path: Path) -> None:
     dup = tmp_path / "dup.py"
     dup.write_text(
-        "from harness.corpus import Case, register, randn\n"
+        "from harness.cases.corpus import Case, register, randn\n"
         "register(Case(name='frozen_batch', model=lambda: None, inputs=lambda: {}))\n"
     )
     line = one_line_error(harness("list", "--corpus", str(dup)))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import history
+from harness.publish import history
 from tests.test_cli import harness, one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.compare import compare, describe
+from harness.numeric.compare import compare, describe
 
 
 def test_within_tolerance_passes_and_reports_the_largest_error() -> None:

@@ -1,6 +1,6 @@
 """matrix.toml's values that can change a verdict or fail late are bounded, and what goes to uv is a requirement.
 
-Every number within :data:`harness.matrix.BOUNDS` (a tolerance of 1e300 published real mismatches as `pass`; a
+Every number within :data:`harness.config.matrix.BOUNDS` (a tolerance of 1e300 published real mismatches as `pass`; a
 timeout of 1e9 s validated, then every run stage ended in `OverflowError`); every constraint, GPU requirement and
 export requirement a PEP 508 specifier by name and version, never an installer option (`--index-url=...` was taken
 as one by uv); a corpus module that registers no cases (`os`) refused. Each refusal is one line naming the key.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.matrix import BOUNDS, load, parse_requirement
+from harness.config.matrix import BOUNDS, load, parse_requirement
+from harness.core.errors import HarnessError
 from tests.test_cli import harness, one_line_error
 from tests.test_matrix import GOOD
 
@@ -165,7 +165,7 @@ def test_without_packaging_an_option_is_still_refused(monkeypatch: pytest.Monkey
         parse_requirement("here", "numpy<2;")
 
 
-@pytest.mark.parametrize("module", ["os", "json.decoder", "harness.corpus"])
+@pytest.mark.parametrize("module", ["os", "json.decoder", "harness.cases.corpus"])
 def test_a_corpus_module_that_registers_no_cases_is_refused(tmp_path: Path, module: str) -> None:
     message = _refused(tmp_path, GOOD.replace('modules = ["models.articles"]', f'modules = ["models.articles", "{module}"]'))
     assert re.search(rf"corpus\.modules: '{re.escape(module)}': is a module of .*, which registers no cases", message)
@@ -179,8 +179,8 @@ def test_validate_says_it_in_one_line(tmp_path: Path) -> None:
 
 def test_the_published_readme_says_which_tolerances_its_verdicts_rest_on() -> None:
     """The README states the shared tolerance and lists every case that set its own (markdown.tolerance_lines)."""
-    from harness.markdown import tolerance_lines
-    from harness.records import ExportRecord
+    from harness.core.records import ExportRecord
+    from harness.publish.markdown import tolerance_lines
 
     def rec(case: str, **tol: object) -> ExportRecord:
         return ExportRecord(case=case, exporter="torchscript", opset=17, ok=True, seconds=0.0, **{"scaled": 1e-5, **tol})  # type: ignore[arg-type]

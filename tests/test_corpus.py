@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import corpus
-from harness.errors import HarnessError
+from harness.cases import corpus
+from harness.core.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,11 +72,13 @@ def test_a_tolerance_that_is_not_a_number_is_refused(fields: dict, pattern: str)
 
 
 def test_the_export_requirements_merge_matrix_toml_the_command_line_and_the_corpus_files(tmp_path: Path) -> None:
-    from harness.matrix import load
-    from harness.stamps import requirements_of
+    from harness.build.stamps import requirements_of
+    from harness.config.matrix import load
 
-    text = (ROOT / "matrix.toml").read_text().replace(
-        'onnxruntime = "1.32.0"\n', 'onnxruntime = "1.32.0"\nrequirements = ["timm==1.0.20"]\n', 1
+    text = (
+        (ROOT / "matrix.toml")
+        .read_text()
+        .replace('onnxruntime = "1.32.0"\n', 'onnxruntime = "1.32.0"\nrequirements = ["timm==1.0.20"]\n', 1)
     )
     (tmp_path / "matrix.toml").write_text(text)
     matrix = load(tmp_path / "matrix.toml")
@@ -111,7 +113,7 @@ def test_a_corpus_module_that_registers_no_case_is_one_line(tmp_path: Path) -> N
     registry = corpus.load(["os", str(tmp_path / "helpers.py")], tmp_path)
     assert len(registry) == 0
     assert registry.import_failures == [
-        f"corpus {source}: registers no case (a corpus module calls harness.corpus.register); "
+        f"corpus {source}: registers no case (a corpus module calls harness.cases.corpus.register); "
         "remove it from [corpus] modules or --corpus, or register its cases"
         for source in ("os", str(tmp_path / "helpers.py"))
     ]

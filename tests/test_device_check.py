@@ -6,7 +6,7 @@
   The package is the real onnxruntime-gpu 1.31.1 wheel, which here finds no CUDA: its GPU columns must say why.
 - ``prepare`` in a clone of this checkout: results/ leaves the tree that travels (and comes back), the 64 MiB a
   call carries is checked, and `nox -s matrix` refuses to publish while results/ is out.
-- :mod:`harness.gpuref`: a mismatch of an NVIDIA column says what torch on the GPU says about it.
+- :mod:`harness.publish.gpu_outputs`: a mismatch of an NVIDIA column says what torch on the GPU says about it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpuref, published, recommend
-from harness.backends.gpu import nvidia_driver_problem
-from harness.markdown import _beside_lines
-from harness.records import CellRecord, ExportRecord, Stage, Status
+from harness.answer import published, recommend
+from harness.core.records import CellRecord, ExportRecord, Stage, Status
+from harness.publish import gpu_outputs as gpuref
+from harness.publish.markdown import _beside_lines
+from harness.run.backends.gpu import nvidia_driver_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "device_check.sh"

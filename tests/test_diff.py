@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import diff
-from harness.published import read_cells
-from harness.records import CellRecord, Stage, Status, runtime_wide
+from harness.answer import diff
+from harness.answer.published import read_cells
+from harness.core.records import CellRecord, Stage, Status, runtime_wide
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import Profile, load
-from harness.report import build as build_report
+from harness.config.matrix import Profile, load
+from harness.publish.report import build as build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = "frozen_batch,frozen_batch_fixed,data_dependent_branch,data_dependent_branch_fixed,fft_rfft,fft_rfft_matmul,my_classifier"
@@ -139,7 +139,10 @@ def test_each_runtime_s_frontier_is_measured_in_its_own_env(smoke: dict, build: 
     assert "IR≤9 op≤20" in (build / "results" / "index.html").read_text()
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "recommend", "--runtime", "1.17.3", "--all", "--results", str(build / "results")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "1.17.3 loads up to IR 9 / opset 20 (measured)" in proc.stdout
     assert "(1.17.3 loads up to IR 9 / opset 20; the model is IR 10)" in proc.stdout

@@ -19,7 +19,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from harness import cache, frontier, published, recommend
+from harness.answer import published, recommend
+from harness.build import cache, frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -95,7 +96,7 @@ def test_models_of_other_code_are_written_again_and_a_failed_measurement_has_the
     good = frontier.measure(mine, "onnxruntime==y")
     assert set(good) - set(broken) == {"seconds"} and (broken["irs"], broken["opsets"]) == (good["irs"], good["opsets"])
     assert frontier.describe(broken) == "loads none of the frontier models (ImportError: no onnxruntime)"
-    from harness.markdown import _frontier_lines  # the README section, led by a runtime that could not measure
+    from harness.publish.markdown import _frontier_lines  # the README section, led by a runtime that could not measure
 
     text = "\n".join(_frontier_lines({"onnxruntime==x": broken, "onnxruntime==y": good}, ["onnxruntime==x"], []))
     assert f"IR version {good['irs'][0]}–{good['irs'][-1]}" in text and "| onnxruntime==x | none" in text
@@ -150,4 +151,3 @@ def test_recommend_explains_a_refusal_with_the_frontier() -> None:
     assert text.splitlines()[1] == "1.16.3 loads up to IR 9 / opset 19 (measured)"
     dynamo = [o for o in answer.options if o.exporter == "dynamo"]
     assert dynamo and all("the model is IR 10" in why for o in dynamo for _, why in o.failing if "load-fail" in why)
-

@@ -24,17 +24,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness.run.stage.backends import tensorrt as trt_backend
 
-from harness import cache, layout, runtimes
-from harness.backends import tensorrt as trt_backend
-from harness.backends.gpu import nvidia_driver_problem
-from harness.envprobe import wrong_environment
-from harness.errors import HarnessError
-from harness.layout import read_shard, shard_path, stamp_path
-from harness.matrix import load
-from harness.nightly import gather
-from harness.records import CellRecord, Status
-from harness.run import run_runtime
+from harness.build import cache, layout
+from harness.build.layout import read_shard, shard_path, stamp_path
+from harness.build.nightly import gather
+from harness.config import runtimes
+from harness.config.matrix import load
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, Status
+from harness.run.backends.gpu import nvidia_driver_problem
+from harness.run.envprobe import wrong_environment
+from harness.run.stage import run_runtime
 from tests.artifacts import fault_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +288,7 @@ def test_the_tensorrt_provider_caches_engines_per_artifact_and_session(tmp_path:
     """onnxruntime names a cached TensorRT engine by the model's file name and tensor names, not its
     weights: every artifact is a model.onnx, so each gets a folder of its own (and the unoptimized
     session another), and no timing cache is shared between workers."""
-    from harness.backends.onnxruntime import session_providers
+    from harness.run.backends.onnxruntime import session_providers
 
     gpu = runtimes.kind("onnxruntime-gpu")
     options = {**MATRIX.options("tensorrt-fp16", gpu), "engine_cache": str(tmp_path / "trt")}
@@ -517,8 +518,8 @@ def test_gather_on_the_command_line_says_one_line_and_exits_2(ran: Path, tmp_pat
 def test_page_columns_tell_the_packages_apart_and_reproduce_each_its_own_way(tmp_path: Path) -> None:
     """onnxruntime 1.31.1's CPU column and onnxruntime-gpu 1.31.1's are two columns with two labels; a GPU
     column's reproducer names its provider, a native TensorRT column's runs Polygraphy's TensorRT runner."""
-    from harness import page
-    from harness.layout import load_artifacts
+    from harness.build.layout import load_artifacts
+    from harness.publish import page
 
     out = tmp_path / "build"
     fault_corpus(out, only=["add_one"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import load
+from harness.config.matrix import load
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = "tests/corpus/hf_tiny_models.py"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness import history
+from harness.publish import history
 
 
 def _entry(run: str, passed: int) -> dict[str, object]:

@@ -20,14 +20,15 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from harness import cache, dispatch, stamps
-from harness.backends.base import CellTask, LatencyTask
-from harness.cache import sha256_file as sha256
-from harness.layout import load_artifacts, read_shard, shard_path
-from harness.localize import save_intermediates
-from harness.matrix import Matrix, load
-from harness.records import CellRecord, ExportRecord, Stage, Status
-from harness.run import reusable, run_runtime
+from harness.build import cache, stamps
+from harness.build.cache import sha256_file as sha256
+from harness.build.layout import load_artifacts, read_shard, shard_path
+from harness.config.matrix import Matrix, load
+from harness.core.records import CellRecord, ExportRecord, Stage, Status
+from harness.numeric.localize import save_intermediates
+from harness.run import _dispatch as dispatch
+from harness.run.backends.base import CellTask, LatencyTask
+from harness.run.stage import reusable, run_runtime
 from tests.artifacts import div_folded, fault_corpus, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Localizing mismatches (harness.localize): real torch exports, real onnxruntime, no mocks."""
+"""Localizing mismatches (harness.numeric.localize): real torch exports, real onnxruntime, no mocks."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from harness import corpus, localize
-from harness import reference as export_side
+from harness.cases import corpus
+from harness.export import node_values as export_side
+from harness.numeric import localize
 
 ROOT = Path(__file__).resolve().parent.parent
 ATOL, RTOL = 1e-4, 1e-3
@@ -126,7 +127,9 @@ def _write_reference(art: Path, probes: dict[str, dict[str, torch.Tensor]], mode
 
 
 def test_imports_in_a_numpy_only_environment() -> None:
-    code = "import sys, harness.localize; print(sorted({'torch', 'onnx', 'onnxruntime', 'onnxscript'} & set(sys.modules)))"
+    code = (
+        "import sys, harness.numeric.localize; print(sorted({'torch', 'onnx', 'onnxruntime', 'onnxscript'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

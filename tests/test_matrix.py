@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import runtimes
-from harness.errors import HarnessError
-from harness.matrix import EXPORTER_OPSETS, load, version_tuple
+from harness.config import runtimes
+from harness.config.matrix import EXPORTER_OPSETS, load, version_tuple
+from harness.core.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,8 +26,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from harness.matrix import Profile, load
-from harness.records import CellRecord, Stage, Status
+from harness.config.matrix import Profile, load
+from harness.core.records import CellRecord, Stage, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

@@ -1,6 +1,6 @@
 """OpenVINO as a column: the real onnxruntime-openvino wheel and its OpenVINO execution provider on this x86 CPU.
 
-The column is the registry's entry (harness/runtimes.py) and matrix.toml's: no backend code of its own. These
+The column is the registry's entry (harness/config/runtimes.py) and matrix.toml's: no backend code of its own. These
 tests install the real wheel (OpenVINO's libraries inside it) into a real environment (uv) and run the real run
 stage there over real ONNX models (tests/artifacts.py):
 
@@ -21,10 +21,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import runtimes, stamps
-from harness.matrix import load
-from harness.records import CellRecord, Status
-from harness.run import reusable
+from harness.build import stamps
+from harness.config import runtimes
+from harness.config.matrix import load
+from harness.core.records import CellRecord, Status
+from harness.run.stage import reusable
 from tests.artifacts import IR_VERSION, OPSET, fault_corpus, runtime_env, write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +137,7 @@ def test_a_device_openvino_lacks_falls_back_quietly_and_is_unavailable(ov_env: P
 def test_the_column_is_the_registry_entry_and_matrix_toml() -> None:
     """What a session of the column is given comes from data: matrix.toml's device, the registry's FP32 and
     thread option; its cells' keys name its own entries, no other kind's."""
-    from harness.backends.onnxruntime import session_providers
+    from harness.run.backends.onnxruntime import session_providers
 
     matrix = load(ROOT / "matrix.toml")
     rt = matrix.runtime(PIN)

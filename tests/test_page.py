@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from harness import page
-from harness.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status
-from harness.report import LEGEND
+from harness.core.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status
+from harness.publish import page
+from harness.publish.report import LEGEND
 from tests.browser import Page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,9 +127,7 @@ def test_the_published_page_shows_the_full_table(chromium: Any) -> None:
         assert 0 < p.page.locator("#grid tbody tr[data-row]").count() < 120  # only the rows in view are built
         headers = p.page.locator("#grid thead th").all_text_contents()
         loads = json.loads((ROOT / "results" / "frontier.json").read_text())  # each header: version, then what it loads
-        assert headers[3:] == [
-            f"{pin.split('==')[1]}IR≤{loads[pin]['max_ir']} op≤{loads[pin]['max_opset']}" for pin in runtimes
-        ]
+        assert headers[3:] == [f"{pin.split('==')[1]}IR≤{loads[pin]['max_ir']} op≤{loads[pin]['max_opset']}" for pin in runtimes]
         assert "loads up to IR 9 / opset 19 (measured)" in (p.page.locator("#grid thead th").nth(4).get_attribute("title") or "")
 
         p.page.select_option("#f-exporter", "dynamo")

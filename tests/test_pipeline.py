@@ -14,12 +14,12 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import claims, corpus
-from harness.export import export_all
-from harness.layout import read_shard, shard_path
-from harness.matrix import Matrix, Profile, load
-from harness.records import CellRecord, ExportRecord, Status
-from harness.run import run_runtime
+from harness.build.layout import read_shard, shard_path
+from harness.cases import claims, corpus
+from harness.config.matrix import Matrix, Profile, load
+from harness.core.records import CellRecord, ExportRecord, Status
+from harness.export.stage import export_all
+from harness.run.stage import run_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

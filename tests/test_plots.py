@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from harness import plots
+from harness.publish import plots
 
 NS = "{http://www.w3.org/2000/svg}"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.progress import Progress, clock
+from harness.pool.progress import Progress, clock
 
 
 def test_clock() -> None:

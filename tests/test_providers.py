@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import CellRecord, Status
+from harness.core.records import CellRecord, Status
 from tests.artifacts import fault_corpus, runtime_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_a_session_that_drops_cuda_is_unavailable_not_a_pass(gpu_env: Path, shar
     logs an error and runs it on the CPU; the cell must say so."""
     art = Path(shards["out"]) / "artifacts" / "add_one.torchscript.op17"  # type: ignore[arg-type]
     script = (
-        "import json, sys; from harness.backends import base; base.init_worker('harness.backends.onnxruntime:OnnxRuntime')\n"
+        "import json, sys; from harness.backends import base; base.init_worker('harness.run.backends.onnxruntime:OnnxRuntime')\n"
         "task = base.CellTask(sys.argv[1], 'onnxruntime-gpu==1.31.1', 'cuda', '', {}, {}, ('example', 'second'), {})\n"
         "print(json.dumps([e.cell.to_dict() for e in base.run_cells(task) if isinstance(e, base.Cell)]))\n"
     )
@@ -102,8 +102,8 @@ def test_a_session_that_drops_cuda_is_unavailable_not_a_pass(gpu_env: Path, shar
 def test_matrix_toml_records_the_majors_the_real_wheel_links_against(gpu_env: Path) -> None:
     """matrix.toml's cuda / cudnn / tensorrt for the newest GPU runtime are what its provider libraries
     ask the loader for (their ELF NEEDED entries), read from the installed wheel."""
-    from harness.backends.gpu import majors, needed_libraries
-    from harness.matrix import load
+    from harness.config.matrix import load
+    from harness.run.backends.gpu import majors, needed_libraries
 
     rt = load(ROOT / "matrix.toml").runtime(f"onnxruntime-gpu=={GPU}")
     (capi,) = gpu_env.parent.parent.glob("lib/python*/site-packages/onnxruntime/capi")

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import lock, published, staged
+from harness.answer import published
+from harness.build import lock
+from harness.publish import staged
 from tests.artifacts import fault_corpus
 from tests.test_reliability import PROFILE, ROOT, _files, _matrix, _one_line, _report, _run
 
@@ -148,7 +150,7 @@ def test_without_an_exchange_a_kill_between_the_two_renames_is_put_back(builds: 
     results, before = _results(builds, tmp_path)
     script = (
         "import os, signal, sys\n"
-        "from harness import cli, staged\n"
+        "from harness import cli\nfrom harness.publish import staged\n"
         "staged.exchange = lambda a, b: False\n"
         "real = os.rename\n"
         "def rename(src, dst):\n"
@@ -240,9 +242,7 @@ def test_a_published_file_the_kernel_will_not_remove_costs_only_its_removal(
 
 
 @pytest.mark.parametrize("what", ["the project's root", "a build folder", "documents", "report files without a table"])
-def test_a_folder_that_is_not_a_report_is_refused_and_left_as_it_is(
-    builds: dict[str, Path], tmp_path: Path, what: str
-) -> None:
+def test_a_folder_that_is_not_a_report_is_refused_and_left_as_it_is(builds: dict[str, Path], tmp_path: Path, what: str) -> None:
     """Issue 26, finding 5: `harness report --results .` overwrote the project's README.md and spread the
     report over the repository's root."""
     folder = tmp_path / "target"

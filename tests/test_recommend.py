@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from harness import recommend
-from harness.records import CellRecord, Stage, Status, runtime_wide
+from harness.answer import recommend
+from harness.core.records import CellRecord, Stage, Status, runtime_wide
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -145,7 +145,11 @@ def test_the_default_table_is_the_checkouts_wherever_it_is_asked(tmp_path: Path,
     newest = max({r["runtime"] for r in rows}, key=_version)
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "recommend", "--runtime", newest],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode in (0, 1), proc.stderr
     assert proc.stdout.startswith(f"{newest} on cpu, ") and "recommended: " in proc.stdout
@@ -183,7 +187,7 @@ def test_ranking_highest_opset_first_then_the_broader_corpus() -> None:
 def test_a_column_where_nothing_ran_has_no_answer() -> None:
     cells = [_cell("a", "dynamo", 18, Status.PASS, "onnxruntime==1.17.3")]
     cells += [runtime_wide("onnxruntime==1.20.1", "cpu", {}, status=Status.ENV_ERROR, error_line="onnxruntime fails to import")]
-    from harness.published import spread_wide
+    from harness.answer.published import spread_wide
 
     with pytest.raises(recommend.HarnessError, match=r"no cell ran in this table \(env-error: onnxruntime fails to import\)"):
         recommend.recommend(spread_wide(cells), "onnxruntime==1.20.1", "cpu", ["a"], "1 case")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status, first_line
+from harness.core.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status, first_line
 
 
 def test_cell_record_round_trip() -> None:
@@ -76,24 +76,34 @@ def test_rows_are_labelled_by_the_opset_written_and_a_repeated_export_is_recorde
     """dynamo asked for 13 writes 18 for one case (the same export as asked 18: left out, said as a rewrite)
     and 13 for another (its own row); asked 13 writing 18 where 18 was never asked becomes the opset-18 row,
     keeping the request; a failed export wrote nothing and stays under its request."""
-    from harness.records import ArtifactKey, by_written_opset
+    from harness.core.records import ArtifactKey, by_written_opset
 
     def export(case: str, asked: int, wrote: int | None) -> ExportRecord:
         return ExportRecord(case, "dynamo", asked, wrote is not None, 1.0, opset_actual=wrote)
 
     exports = [
-        export("a", 13, 18), export("a", 18, 18),  # a duplicate
-        export("b", 13, 13), export("b", 18, 18),  # converted down: two rows
+        export("a", 13, 18),
+        export("a", 18, 18),  # a duplicate
+        export("b", 13, 13),
+        export("b", 18, 18),  # converted down: two rows
         export("c", 13, 18),  # the only request: relabelled
         export("d", 13, None),  # failed
     ]
     cells = [rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example") for rec in exports]
     out_cells, out_exports, rewrites = by_written_opset(cells, exports)
     assert sorted((c.case, c.opset, c.opset_asked) for c in out_cells) == [
-        ("a", 18, None), ("b", 13, None), ("b", 18, None), ("c", 18, 13), ("d", 13, None)
+        ("a", 18, None),
+        ("b", 13, None),
+        ("b", 18, None),
+        ("c", 18, 13),
+        ("d", 13, None),
     ]
     assert [(r.case, r.opset, r.opset_asked) for r in out_exports] == [
-        ("a", 18, None), ("b", 13, None), ("b", 18, None), ("c", 18, 13), ("d", 13, None)
+        ("a", 18, None),
+        ("b", 13, None),
+        ("b", 18, None),
+        ("c", 18, 13),
+        ("d", 13, None),
     ]
     assert [(w.case, w.asked, w.wrote, w.kept) for w in rewrites] == [("a", 13, 18, False), ("c", 13, 18, True)]
     relabelled = next(c for c in out_cells if c.case == "c")

@@ -22,12 +22,13 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from harness import layout, lock, nightly, report
-from harness.errors import HarnessError
-from harness.layout import load_artifacts, shard_path, write_shard
-from harness.matrix import Matrix, load
-from harness.records import CellRecord, Stage, Status
-from harness.run import run_runtime
+from harness.build import layout, lock, nightly
+from harness.build.layout import load_artifacts, shard_path, write_shard
+from harness.config.matrix import Matrix, load
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, Stage, Status
+from harness.publish import report
+from harness.run.stage import run_runtime
 from tests.artifacts import fault_corpus, faults, write_artifact, write_manifest
 from tests.test_isolation import _alive
 
@@ -207,7 +208,7 @@ def test_a_second_writer_is_refused_at_once_and_a_dead_holder_s_lock_is_taken_ov
     matrix, out = _matrix(tmp_path), tmp_path / "build"
     fault_corpus(out, only=["add_one"])
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
          "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the test holder)', stage=False); print('held', flush=True); "
          "time.sleep(300)",
          str(out)],
@@ -267,7 +268,7 @@ def test_damaged_bytes_in_a_shard_are_redone_and_never_published(tmp_path: Path)
 
     # An edited verdict (crash → pass) keeping the line's checksum text: the seal's hash no longer holds.
     crash = next(i for i, line in enumerate(lines) if b'"crash"' in line)
-    shard.write_bytes(b"".join([*lines[:crash], lines[crash].replace(b'"crash"', b'"pass"'), *lines[crash + 1:]]))
+    shard.write_bytes(b"".join([*lines[:crash], lines[crash].replace(b'"crash"', b'"pass"'), *lines[crash + 1 :]]))
     assert "changed after its run sealed it" in _one_line(_report(matrix, out, results))
     # The same edit, sealed again by hand: the line's own checksum refuses it.
     layout.seal(shard, json.loads(layout.stamp_of(shard).read_text()))
@@ -411,7 +412,7 @@ def test_a_killed_parent_leaves_no_fork_server_or_worker_behind(tmp_path: Path) 
     """The export's workers are forked from a fork server: SIGKILL of the process that runs them takes the
     server and its workers with it, at once."""
     script = (
-        "from harness.workers import run_tasks\n"
+        "from harness.pool.workers import run_tasks\n"
         "for outcome in run_tasks('time:sleep', [300], workers=1, timeout=600, fresh=True, preload=('json',)):\n"
         "    pass\n"
     )
@@ -434,7 +435,7 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
     """`nox -s matrix` takes the build folder's lock in its first session, before any environment exists."""
     out = tmp_path / "build"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
          "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the first one)', stage=False); print('held', flush=True); "
          "time.sleep(300)", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -458,7 +459,7 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
 
 def _holder(out: Path, what: str, *, stage: bool, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
          f"held = lock.acquire(Path(sys.argv[1]), {what!r}, stage={stage}); print('held', flush=True); time.sleep(300)",
          str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},

@@ -1,4 +1,4 @@
-"""Standalone reproducers (harness.repro): hand-encoded TensorProtos that onnx parses, and scripts
+"""Standalone reproducers (harness.publish.repro): hand-encoded TensorProtos that onnx parses, and scripts
 that rerun each failing cell with onnxruntime and numpy alone, on real models and a real onnxruntime."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from harness.cache import sha256_file
-from harness.errors import HarnessError
-from harness.records import CellRecord, ExportRecord, Stage, Status
-from harness.repro import FAILING, MARKER, ONNX_TYPES, encode_tensor, write_repros
+from harness.build.cache import sha256_file
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, ExportRecord, Stage, Status
+from harness.publish.repro import FAILING, MARKER, ONNX_TYPES, encode_tensor, write_repros
 
 CONSTRAINTS = {"onnxruntime==1.17.3": ("numpy<2",)}
 NEW, OLD = "onnxruntime==1.32.0", "onnxruntime==1.17.3"
@@ -547,7 +547,7 @@ def test_artifact_without_model_or_record_is_skipped(matrix: tuple[Path, Path, l
 
 
 def test_script_compare_rule(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
-    """The same rule as harness.compare: tolerance on finite values, NaN meets NaN, inf meets inf of its sign."""
+    """The same rule as harness.numeric.compare: tolerance on finite values, NaN meets NaN, inf meets inf of its sign."""
     build, results, cells, exports = matrix
     write_repros(build, results, cells, exports, CONSTRAINTS)
     repro = _load(results / "repro/identity_all.dynamo.op17/repro.py")

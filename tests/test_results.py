@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import claims, corpus
-from harness.matrix import load, version_tuple
-from harness.records import CellRecord, Status
+from harness.cases import claims, corpus
+from harness.config.matrix import load, version_tuple
+from harness.core.records import CellRecord, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
@@ -119,7 +119,7 @@ def test_every_failing_cell_links_a_reproducer_that_is_committed(published: dict
 def test_the_page_plots_history_and_cards_come_from_the_same_run(published: dict[str, list[CellRecord]]) -> None:
     """index.html embeds every cell of matrix.jsonl (runtime-wide records spread); history.jsonl's last line
     counts exactly those cells; cases.json holds every case's card; the README embeds the plots it wrote."""
-    from harness.published import read_cells
+    from harness.answer.published import read_cells
 
     results = ROOT / "results"
     cells = read_cells(results / "matrix.jsonl")

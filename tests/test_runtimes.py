@@ -1,4 +1,4 @@
-"""The registry (harness/runtimes.py): one entry per runtime kind and provider, and every module reads it."""
+"""The registry (harness/config/runtimes.py): one entry per runtime kind and provider, and every module reads it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import runtimes, stamps
-from harness.matrix import load
+from harness.build import stamps
+from harness.config import runtimes
+from harness.config.matrix import load
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

@@ -21,9 +21,9 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness import cache, layout
-from harness.layout import load_artifacts, shard_path
-from harness.matrix import Matrix
+from harness.build import cache, layout
+from harness.build.layout import load_artifacts, shard_path
+from harness.config.matrix import Matrix
 from tests.artifacts import fault_corpus
 from tests.test_cache import NEWEST, _export, _plan, user_corpus  # noqa: F401 (the fixture)
 from tests.test_reliability import PROFILE, ROOT, _holder, _matrix, _one_line, _published, _report, _run
@@ -187,7 +187,7 @@ def test_the_store_reads_a_file_again_only_after_its_change_time_moved(tmp_path:
 
 
 def test_the_next_job_says_it_took_over_even_after_a_refused_writer_came_between(tmp_path: Path) -> None:
-    from harness import lock
+    from harness.build import lock
 
     matrix, out = _matrix(tmp_path), tmp_path / "build"
     fault_corpus(out, only=["add_one"])

@@ -16,20 +16,21 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
-from harness import localize, report
-from harness.export import export_all
-from harness.layout import load_artifacts
-from harness.matrix import Profile, load
-from harness.records import Status
-from harness.repro import ZEROS
-from harness.run import run_runtime
+from harness.build.layout import load_artifacts
+from harness.config.matrix import Profile, load
+from harness.core.records import Status
+from harness.export.stage import export_all
+from harness.numeric import localize
+from harness.publish import report
+from harness.publish.repro import ZEROS
+from harness.run.stage import run_runtime
 from tests.artifacts import write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 WIDE = """
 import torch
-from harness.corpus import Case, randn, register, seeded
+from harness.cases.corpus import Case, randn, register, seeded
 
 
 class Wide(torch.nn.Module):
@@ -147,9 +148,7 @@ def test_a_model_over_the_threshold_uses_external_data_end_to_end(external) -> N
 
 def test_the_debug_model_references_the_weights_of_an_inline_model(tmp_path: Path) -> None:
     (tmp_path / "wide.py").write_text(WIDE)
-    out, _, _ = _export_and_run(
-        tmp_path, _matrix(tmp_path), ["wide"], [str(tmp_path / "wide.py")], exporters=("torchscript",)
-    )
+    out, _, _ = _export_and_run(tmp_path, _matrix(tmp_path), ["wide"], [str(tmp_path / "wide.py")], exporters=("torchscript",))
     art = out / "artifacts" / "wide.torchscript.op18"
     assert not (art / "model.onnx.data").exists()
     assert (art / localize.DEBUG_MODEL).stat().st_size < (art / "model.onnx").stat().st_size / 10

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.workers import run_tasks
+from harness.pool.workers import run_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def test_each_item_resets_the_timeout() -> None:
 def test_workers_die_with_a_sigkilled_parent(tmp_path: Path) -> None:
     """A run killed with SIGKILL leaves no worker behind (PR_SET_PDEATHSIG), even one stuck in a task."""
     script = (
-        "import sys; from harness.workers import run_tasks\n"
+        "import sys; from harness.pool.workers import run_tasks\n"
         "for o in run_tasks('tests.faults:report_pid', [sys.argv[1]], workers=1, timeout=600): pass\n"
     )
     pidfile = tmp_path / "pid"
@@ -105,7 +105,7 @@ def test_an_item_sets_the_budget_of_the_phase_it_starts() -> None:
 def test_the_memory_gate_holds_a_task_back_until_it_fits() -> None:
     """Two workers, a budget that fits one task at a time: the tasks run one after the other, and a task
     too large for the budget on its own still runs (alone)."""
-    from harness.workers import MemoryGate
+    from harness.pool.workers import MemoryGate
 
     gate = MemoryGate(lambda task: 600.0 if task != "huge" else 5000.0, budget_mib=1000.0)
     outcomes = list(run_tasks("tests.faults:hold", ["a", "b", "huge", "c"], workers=2, timeout=30, admit=gate.admit))
@@ -125,7 +125,7 @@ def test_a_fresh_worker_exits_as_a_process_should_and_leaves_no_semaphore() -> N
     """tqdm makes a multiprocessing lock inside a dynamo export; a worker killed after its task leaked it
     (the resource tracker's warning at exit). Retired workers exit normally: no warning."""
     code = (
-        "from harness.workers import run_tasks\n"
+        "from harness.pool.workers import run_tasks\n"
         "print(sorted(o.value for o in run_tasks('tests.faults:tqdm_lock', [1, 2, 3], workers=2, timeout=30, fresh=True)))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -4,7 +4,7 @@ end-to-end test runs through real nox sessions, with transformers installed from
 from __future__ import annotations
 
 from examples.hf_nets import hf_cases
-from harness.corpus import register
+from harness.cases import register
 
 REQUIREMENTS = ["transformers==5.24.0"]
 

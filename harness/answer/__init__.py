@@ -1,0 +1,1 @@
+"""Answers from a published table alone: reading it back, recommend, diff."""

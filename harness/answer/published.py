@@ -1,0 +1,310 @@
+"""Reading a published table back: ``results/matrix.jsonl`` (or a shard) and ``results/cases.json``.
+
+``harness recommend`` and ``harness diff`` answer from these files alone, so
+this module imports only the standard library: it runs from a bare clone
+(``python -m harness recommend ...``) with nothing installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.build import lock
+from harness.config import runtimes
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, Status
+
+CASES = "cases.json"
+"""Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
+
+
+REPORT_FILES = frozenset(
+    {"README.md", "index.html", "matrix.jsonl", "environment.json", CASES, "rewrites.json", "frontier.json",
+     "history.jsonl", "cases", "plots", "repro"}
+)  # fmt: skip
+"""What a report writes in its folder: all of it is replaced by the next report (``tests/test_publish.py``
+checks that a real report writes nothing else)."""
+
+KEPT = frozenset({lock.NAME, lock.STAGE, "device.json", "device_check.log"})
+"""What a report's folder holds that the report does not write, and keeps: its locks, and the facts of the
+GPU machine that measured it (``bench/device_check.sh collect`` writes them beside its report)."""
+
+
+def kept(results: Path) -> list[str]:
+    """The names in ``results`` that a new report keeps (:data:`KEPT`, and folders of profiles published
+    inside it, such as ``openvino/``); what a publication left behind (``.*.tmp``) goes.
+
+    Raises:
+        HarnessError: ``results`` holds anything else (it is not a results folder: the project's root, a
+            build folder, a folder of documents), or report files without the table they come with.
+    """
+    if not results.exists():
+        return []
+    if not results.is_dir():
+        raise HarnessError(f"report: {results} is not a folder: give --results a folder (new, empty, or a previous report's)")
+    keep, problem = _kept(results)
+    if problem:
+        raise HarnessError(
+            f"report: not writing into {results}: {problem}, so it is not a results folder and the report would "
+            "replace what is there; give --results a new or empty folder, or one a report wrote"
+        )
+    return keep
+
+
+def _kept(folder: Path) -> tuple[list[str], str | None]:
+    keep: list[str] = []
+    names = sorted(entry.name for entry in folder.iterdir())
+    if any(n in REPORT_FILES for n in names) and "matrix.jsonl" not in names:
+        return [], f"{folder} holds {next(n for n in names if n in REPORT_FILES)} but no matrix.jsonl"
+    for name in names:
+        entry = folder / name
+        if name in REPORT_FILES or (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        if name in KEPT and not entry.is_dir():
+            keep.append(name)
+        elif entry.is_dir() and not entry.is_symlink() and (_kept(entry)[1] is None):
+            keep.append(name)  # a profile published in a folder of its own (results/openvino/)
+        else:
+            return [], f"{entry} is not part of a report"
+    return keep, None
+
+
+def default_results() -> Path:
+    """The published ``results/`` of the checkout this package runs from, wherever the command is started
+    (``results/`` under the current directory when the package is installed elsewhere)."""
+    here = Path(__file__).resolve().parents[2] / "results"
+    if not (here / "matrix.jsonl").is_file():
+        return Path("results")
+    try:
+        return here.relative_to(Path.cwd().resolve())  # said as results/ from the checkout itself
+    except ValueError:
+        return here
+
+
+def results_out_of_tree(root: Path | None = None) -> str | None:
+    """Why the checkout at ``root`` (this package's) cannot publish now, or None: its ``results/`` is out of the
+    working tree (git's sparse checkout, which ``bench/device_check.sh prepare`` sets so that a device call
+    carries no published table). A report written there would sit under files git no longer looks at."""
+    import subprocess
+
+    root = root or Path(__file__).resolve().parents[2]
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-t", "--", "results/README.md"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a git checkout, or no git: nothing can be out of its tree
+    if not listed.startswith("S "):
+        return None
+    return (
+        f"{root / 'results'} is out of the working tree (git sparse checkout, for a device call): "
+        "run `bash bench/device_check.sh restore` (or `git sparse-checkout disable`), then publish"
+    )
+
+
+def published_beside(results: Path) -> list[dict[str, Any]]:
+    """One row per column of each profile published in a folder of its own inside ``results`` (``results/gpu/``,
+    ``results/openvino/``), for the default table to list beside its own: the profile and its folder, the runtime
+    pin and column, the device it computed on (the GPU for an NVIDIA column), when it was measured, its cells by
+    status, and why it was not measured where it is one runtime-wide record."""
+    from collections import Counter
+
+    rows: list[dict[str, Any]] = []
+    for table in sorted(results.glob("*/matrix.jsonl")):
+        env = _json_beside("environment", table)
+        machine_facts = _json_beside("device", table)
+        counts: dict[tuple[str, str], Counter[str]] = {}
+        wide: dict[tuple[str, str], str] = {}
+        for cell in read_cells(table, spread=False):
+            counts.setdefault((cell.runtime, cell.provider), Counter())[cell.status.value] += 1
+            if cell.runtime_wide:
+                wide[(cell.runtime, cell.provider)] = f"{cell.status.value}: {cell.error_line}"
+        for pin, column in sorted(counts, key=lambda k: (runtime_key(k[0]), k[1])):
+            machine = (env.get("runtimes") or {}).get(pin) or {}
+            rows.append(
+                {
+                    "profile": env.get("profile") or table.parent.name,
+                    "folder": table.parent.name,
+                    "runtime": pin,
+                    "column": column,
+                    "device": machine.get("gpu" if runtimes.provider(column).nvidia else "cpu") or "?",
+                    # When the machine measured it (device.json, bench/device_check.sh), else when it was published.
+                    "measured": machine_facts.get("measured") or env.get("generated") or "?",
+                    "counts": dict(counts[(pin, column)]),
+                    "not_measured": wide.get((pin, column)),
+                }
+            )
+    return rows
+
+
+def _json_beside(name: str, table: Path) -> dict[str, Any]:
+    """``<name>.json`` beside a published table; empty where it is missing or not a JSON object."""
+    try:
+        found = json.loads((table.parent / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def read_frontier(table: str | Path) -> dict[str, dict[str, Any]]:
+    """``frontier.json`` beside a published ``matrix.jsonl``: what each runtime loads ({} without one)."""
+    path = Path(table).with_name("frontier.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+REWRITES = "rewrites.json"
+"""Beside matrix.jsonl: each request an exporter answered with another opset (``{case, exporter, asked, wrote,
+kept}``): rows are labelled by the opset written, and this says which rows a request stands for."""
+
+
+def read_rewrites(table: str | Path) -> dict[tuple[str, str, int], int]:
+    """``rewrites.json`` beside a published ``matrix.jsonl``: (case, exporter, opset asked) → opset written
+    ({} without one: every request wrote what it asked)."""
+    path = Path(table).with_name(REWRITES)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {(str(w["case"]), str(w["exporter"]), int(w["asked"])): int(w["wrote"]) for w in data}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+
+
+def read_partial(table: str | Path) -> list[str]:
+    """What was not whole when a partial report was published (``environment.json`` beside ``matrix.jsonl``),
+    or [] for a whole one."""
+    try:
+        data = json.loads(Path(table).with_name("environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    partial = data.get("partial") if isinstance(data, dict) else None
+    return [str(p) for p in partial] if isinstance(partial, list) else []
+
+
+def table_path(path: str | Path) -> Path:
+    """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "matrix.jsonl"
+    if not p.is_file():
+        raise HarnessError(f"{p}: no such file; give a results folder or its matrix.jsonl (written by `nox -s report`)")
+    return p
+
+
+_RUNTIME = re.compile(r'"runtime":\s*"([^"]*)"')
+
+
+def read_pins(path: str | Path) -> list[str]:
+    """Every runtime pin of a published ``matrix.jsonl`` or a shard, oldest first, without parsing its cells."""
+    p = table_path(path)
+    with open(p, encoding="utf-8") as f:
+        return runtime_order({m.group(1) for line in f if (m := _RUNTIME.search(line))})
+
+
+def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:
+    """Every cell of a published ``matrix.jsonl`` or a shard (only ``runtime``'s, when given: a line of
+    another runtime is not parsed); with ``spread``, a runtime-wide record (an ``env-error`` for a whole
+    column) is spread over the artifacts and probes the same file measures elsewhere (:func:`spread_wide`)."""
+    p = table_path(path)
+    cells: dict[str, CellRecord] = {}
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if runtime is not None and (m := _RUNTIME.search(line)) and m.group(1) != runtime:
+                continue
+            try:
+                cell = CellRecord.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise HarnessError(
+                    f"{p}:{n}: not a cell record ({type(exc).__name__}: {exc}); "
+                    "give a results/matrix.jsonl or a build/shards file"
+                ) from None
+            cells[cell.key] = cell
+    if not cells:
+        raise HarnessError(f"{p}: holds no cells; rerun `nox -s matrix` (or the `run` and `report` sessions)")
+    return spread_wide(cells.values()) if spread else list(cells.values())
+
+
+Slot = tuple[str, str, int, str]
+"""(case, exporter, opset, probe): a cell of every runtime × provider column."""
+
+
+def slots(cells: Iterable[CellRecord]) -> set[Slot]:
+    return {(c.case, c.exporter, c.opset, c.probe) for c in cells if not c.runtime_wide}
+
+
+def spread_wide(cells: Iterable[CellRecord], over: Iterable[Slot] | None = None) -> list[CellRecord]:
+    """A runtime-wide record (case ``*``) becomes one cell per slot (``over``, by default every artifact ×
+    probe that ``cells`` measure on any runtime). With nothing to spread over it stays one record."""
+    cells = list(cells)
+    where = sorted(slots(cells) if over is None else set(over))
+    out = [c for c in cells if not c.runtime_wide or not where]
+    for wide in (c for c in cells if c.runtime_wide and where):
+        out.extend(dataclasses.replace(wide, case=k, exporter=e, opset=o, probe=p) for k, e, o, p in where)
+    return out
+
+
+def read_cases(path: str | Path) -> dict[str, dict[str, str]]:
+    """``cases.json`` beside a table: case → card (``{}`` when the folder has none, e.g. a shard)."""
+    p = table_path(path).with_name(CASES)
+    if not p.is_file():
+        return {}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise HarnessError(f"{p}: not JSON ({exc}); regenerate it with `nox -s report`") from None
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def runtime_key(pin: str) -> tuple[Any, ...]:
+    """``onnxruntime==1.17.3`` → ("onnxruntime", (1, 17, 3), "1.17.3"): sorts pins oldest first, numerically."""
+    package, _, version = pin.partition("==")
+    parts = tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
+    return (package, parts, version)
+
+
+def column_label(pin: str, provider: str, providers: int) -> str:
+    """A table column's label: ``1.17.3``; with several providers ``1.17.3 cpu``, ``gpu-1.23.2 tensorrt-fp16``,
+    ``trt-10.13.3.9 tensorrt`` (onnxruntime-gpu 1.31.1's CPU column is not onnxruntime 1.31.1's): the runtime's
+    label as its kind gives it (:func:`harness.config.runtimes.label`)."""
+    label = runtimes.label(pin)
+    return label if providers == 1 else f"{label} {provider}"
+
+
+def runtime_order(pins: Iterable[str]) -> list[str]:
+    return sorted(set(pins), key=runtime_key)
+
+
+def worst(cells: Iterable[CellRecord]) -> Status:
+    """The status a group of cells folds to (the table's rule: the most severe wins)."""
+    return max((c.status for c in cells), key=lambda s: s.severity)
+
+
+def why(cells: list[CellRecord]) -> str:
+    """One line for a failing group of cells: worst status, which probes hit it, and its first error line."""
+    status = worst(cells)
+    hit = [c for c in cells if c.status is status]
+    probes = sorted({c.probe for c in hit})
+    where = "every probe" if len(hit) == len(cells) else ",".join(probes)
+    line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), "")
+    return f"{status.value} on {where}" + (f": {shorten(line)}" if line else "")
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def group_by(cells: Iterable[CellRecord], *fields: str) -> dict[tuple[Any, ...], list[CellRecord]]:
+    out: dict[tuple[Any, ...], list[CellRecord]] = {}
+    for c in cells:
+        out.setdefault(tuple(getattr(c, f) for f in fields), []).append(c)
+    return out

@@ -1,0 +1,1 @@
+"""matrix.toml, validated, and the registry of runtime kinds and providers."""

@@ -1,0 +1,585 @@
+"""The export of one artifact (export environment, a worker process per artifact): case × exporter × opset.
+
+Builds the case's model and probes, runs torch on every probe, exports with one torch exporter at one opset
+and writes, into the folder it is handed (:mod:`harness.build.layout`'s names):
+
+- ``model.onnx`` (and ``model.onnx.data`` for a model too large for one protobuf file),
+- ``reference.npz``: every probe's inputs and torch's outputs, so the runtime environments never need torch,
+- ``export.json``: the :class:`~harness.core.records.ExportRecord` (time, checker verdict, every warning, graph
+  statistics, actual opset and IR version),
+- the localization files (:func:`harness.export.node_values.prepare`): what a mismatching cell is compared with.
+
+:mod:`harness.export.stage` hands the tasks out, caches what they write and names the phase a dead or hung worker
+was in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.build import cache, layout
+from harness.build.layout import DATA
+from harness.cases import corpus as corpus_mod
+from harness.core.records import ArtifactKey, ExportRecord, first_line
+
+_REGISTRY: corpus_mod.Registry | None = None
+_SETTINGS: dict[str, Any] = {}
+
+
+def init_worker(sources: Sequence[str], root: str, settings: dict[str, Any]) -> None:
+    """Worker initializer: quiet torch, load the corpus once."""
+    global _REGISTRY, _SETTINGS
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("PYTHONUTF8", "1")  # the dynamo exporter prints emoji
+    _REGISTRY = corpus_mod.load(sources, Path(root))
+    _SETTINGS = settings
+
+
+write_json = cache.write_json
+sha256 = cache.sha256_file
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import numpy
+    import onnx
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__, "numpy": numpy.__version__}
+    for name in ("onnxscript", "onnxruntime"):  # onnxruntime: the reference runtime
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except ImportError:
+            out[name] = "missing"
+    return out
+
+
+# The phases of one export, as its worker announces them: what a timeout or a crash names.
+PHASES = {
+    "build": "building the model and its probes",
+    "torch": "running torch on the probes",
+    "export": "the {exporter} exporter",
+    "reference": "the reference runtime's pass",
+}
+
+
+def phase_words(phase: str, exporter: str) -> str:
+    return PHASES.get(phase, phase).format(exporter=exporter)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportTask:
+    """One artifact to export, as the export stage hands it to a fresh worker process."""
+
+    case: str
+    exporter: str
+    opset: int
+    dir: str
+    """The store's temporary folder to write the files into."""
+    key: str
+    """The export's content address (:func:`harness.build.cache.export_key`)."""
+    timeout: float
+    """Seconds for building the model, torch's outputs and the export together."""
+
+    @property
+    def artifact(self) -> ArtifactKey:
+        return ArtifactKey(self.case, self.exporter, self.opset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """The export enters ``phase``; ``budget``: the seconds it may take (the worker pool's clock restarts)."""
+
+    phase: str
+    budget: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """The artifact's record, last; ``imported``: what its process imported that the fork server had not."""
+
+    record: ExportRecord
+    imported: tuple[str, ...]
+
+
+def export_one(task: ExportTask) -> Iterator[Phase | Exported]:
+    """Worker entry (a generator): export one artifact, write its files, yield its record last.
+
+    Yields a :class:`Phase` as it enters each phase (the budget of building, torch's outputs and the export
+    together is the task's; the reference pass gets its own), so a worker killed by a timeout or a crash is
+    charged to the phase it was in; then :class:`Exported`. The record is also written to ``export.json``
+    before the reference pass: a pass that never returns costs the localization data, never the export.
+    """
+    assert _REGISTRY is not None, "init_worker was not called"
+    key = task.artifact
+    out_dir = Path(task.dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(sys.modules)
+    for item in _export(_REGISTRY[key.case], key, out_dir, budget=float(task.timeout), cache_key=task.key):
+        if isinstance(item, ExportRecord):
+            record = dataclasses.replace(item, peak_rss_mib=_peak_rss_mib())
+            write_json(out_dir / layout.RECORD, record.to_dict())
+            # What this process imported that the fork server had not: preloaded for the case next time.
+            imported = sorted(n for n in set(sys.modules) - before if library_module(n))
+            yield Exported(record, tuple(imported))
+        else:
+            yield item
+
+
+def library_module(name: str) -> bool:
+    """An installed package's module (not the user's or the harness's own files, which may change)."""
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    return not name.startswith("__") and (path is None or not cache.is_project_file(path))
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory and its children's (the reference pass), in MiB."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) / 1024, 1)  # KiB on Linux
+
+
+def base_record(case: corpus_mod.Case, key: ArtifactKey, settings: Mapping[str, Any], **fields: Any) -> ExportRecord:
+    """A record of ``key`` carrying what every record of the case carries (card, claims, tolerances,
+    versions) whatever became of the export: a crash or timeout record too, so that the report and
+    ``recommend --corpus`` know whose case it is."""
+    atol = case.atol if case.atol is not None else settings["atol"]
+    rtol = case.rtol if case.rtol is not None else settings["rtol"]
+    scaled = case.scaled if case.scaled is not None else settings.get("scaled")
+    fields.setdefault("ok", False)
+    fields.setdefault("seconds", 0.0)
+    return ExportRecord(
+        case=key.case,
+        exporter=key.exporter,
+        opset=key.opset,
+        atol=atol,
+        rtol=rtol,
+        scaled=scaled or None,
+        output_tolerance={str(i): dict(t) for i, t in sorted(dict(case.output_tolerance).items())},
+        versions=settings["versions"],
+        card=_card(case),
+        claims=tuple(c.to_dict() for c in case.claims),
+        **fields,
+    )
+
+
+def _to_numpy(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _flatten(outputs: Any) -> list[Any]:
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, (list, tuple)):
+        return [t for o in outputs for t in _flatten(o)]
+    if isinstance(outputs, Mapping):
+        return [t for o in outputs.values() for t in _flatten(o)]
+    raise TypeError(f"model output of type {type(outputs).__name__} is not a tensor or a tuple of tensors")
+
+
+def _batch_probes(case: corpus_mod.Case, example: Mapping[str, Any], sizes: Sequence[int]) -> dict[str, Any]:
+    """Example inputs tiled to other batch sizes, for every input with a dynamic dim 0."""
+    import torch
+
+    batched = [n for n, dims in case.dynamic.items() if 0 in dims]
+    if not batched:
+        return {}
+    probes = {}
+    for size in sizes:
+        inputs = {}
+        for name, value in example.items():
+            if name in batched and isinstance(value, torch.Tensor) and value.dim() > 0:
+                reps = -(-size // value.shape[0])
+                value = value.repeat(reps, *([1] * (value.dim() - 1)))[:size].clone()
+                # Distinct rows, so a model that mixes the batch is caught too.
+                if value.is_floating_point():
+                    value = value + torch.arange(size, dtype=value.dtype).view(-1, *([1] * (value.dim() - 1))) * 0.01
+            inputs[name] = value
+        probes[f"batch{size}"] = inputs
+    return probes
+
+
+_SUMMARY = re.compile(r"^<class '(?:[\w.]+\.)?(?P<cls>\w+)'>: (?P<msg>.+)$", re.M)
+
+# Warnings about this machine, not about the model: not shown in the table.
+_NOISE = ("torchvision is not installed",)
+
+
+def _summarize(cls: str, message: str) -> tuple[str, str]:
+    """The dynamo exporter wraps the real error in a page of advice: find the real one."""
+    m = _SUMMARY.search(message)
+    if m:
+        return m["cls"], first_line(m["msg"])
+    return cls, first_line(message)
+
+
+@contextlib.contextmanager
+def _capture() -> Iterator[list[dict[str, str]]]:
+    """Collect Python warnings and torch.onnx log warnings; silence prints."""
+    caught: list[dict[str, str]] = []
+
+    class Handler(logging.Handler):
+        def emit(self, rec: logging.LogRecord) -> None:
+            if rec.levelno >= logging.WARNING and not rec.getMessage().startswith(_NOISE):
+                caught.append({"category": f"log:{rec.name}", "message": rec.getMessage()})
+
+    handler = Handler()
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    sink = io.StringIO()
+    with warnings.catch_warnings(record=True) as ws, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("always")
+        try:
+            yield caught
+        finally:
+            for w in ws:
+                caught.append({"category": w.category.__name__, "message": str(w.message)})
+            for lg in loggers:
+                lg.removeHandler(handler)
+    # TracerWarnings first: each one is a shape or value the trace froze.
+    caught.sort(key=lambda w: w["category"] != "TracerWarning")
+
+
+def _export(
+    case: corpus_mod.Case, key: ArtifactKey, out_dir: Path, *, budget: float, cache_key: str | None = None
+) -> Iterator[Phase | ExportRecord]:
+    """The export of one artifact, phase by phase (see :func:`export_one`); the record comes last.
+
+    (Over 60 lines, on purpose: a generator that announces each phase as it enters it, so the phases, and what
+    a failure in each costs, read top to bottom; each phase's work is a function of its own.)"""
+    start = time.perf_counter()
+
+    def enter(phase: str) -> Phase:
+        return Phase(phase, max(1.0, budget - (time.perf_counter() - start)))
+
+    base = base_record(case, key, _SETTINGS, cache_key=cache_key)
+    for old in (layout.MODEL, DATA, layout.REFERENCE):
+        (out_dir / old).unlink(missing_ok=True)
+
+    def fail(exc: BaseException, stage_note: str = "", **extra: Any) -> ExportRecord:
+        message = f"{stage_note}{type(exc).__name__}: {exc}" if stage_note else str(exc)
+        cls, line = _summarize(type(exc).__name__, message)
+        return dataclasses.replace(
+            base, seconds=time.perf_counter() - start, error_class=cls, error_line=line, error=message[:20000], **extra
+        )
+
+    yield enter("build")
+    probe_errors: dict[str, str] = {}  # a probe torch fails on, or whose file cannot be used: no cells for it alone
+    try:
+        model, example, probes = _build(case, probe_errors)
+    except Exception as exc:
+        yield fail(exc, _BUILD_FAILED)
+        return
+    timing: dict[str, float] = {"build": time.perf_counter() - start}
+    yield enter("torch")
+    n_outputs = _torch_outputs(model, probes, probe_errors, out_dir / layout.REFERENCE)
+    timing["torch"] = time.perf_counter() - start
+    if "example" in probe_errors:
+        yield fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors, timing=timing)
+        return
+    ran = {p: v for p, v in probes.items() if p not in probe_errors}
+    base = dataclasses.replace(
+        base, probes=tuple(ran), probe_errors=probe_errors, reference_sha256=sha256(out_dir / layout.REFERENCE)
+    )
+    if key.exporter not in case.exporters:
+        reason = case.skip_reason or f"case does not apply to the {key.exporter} exporter"
+        yield dataclasses.replace(base, error_class="Skipped", error_line=reason, timing=timing)
+        return
+    yield enter("export")
+    path = out_dir / layout.MODEL
+    t_export = time.perf_counter()
+    external = _weight_bytes(model) > _SETTINGS["external_data_mib"] * 2**20
+    with _capture() as caught:  # filled when the block exits
+        try:
+            program = _run_exporter(case, key, model, example, [f"out{i}" for i in range(n_outputs)], path, external=external)
+            error: Exception | None = None if path.exists() else RuntimeError("the exporter returned without writing a model")
+        except Exception as exc:
+            program, error = None, exc
+    timing["export"] = time.perf_counter() - t_export
+    if error is not None:
+        path.unlink(missing_ok=True)
+        (out_dir / DATA).unlink(missing_ok=True)
+        yield fail(error, warnings=tuple(caught), timing=timing)
+        return
+    del model
+    data = out_dir / DATA
+    exported = dataclasses.replace(
+        base,
+        ok=True,
+        seconds=time.perf_counter() - start,
+        warnings=tuple(caught),
+        sha256=sha256(path),
+        data_sha256=sha256(data) if data.exists() else None,
+        timing=timing,
+        reference_runtime=f"not recorded: {phase_words('reference', key.exporter)} did not finish",
+        **_inspect(path),
+    )
+    write_json(out_dir / layout.RECORD, exported.to_dict())  # the export stands whatever the reference pass does
+    yield Phase("reference", _SETTINGS["reference_timeout"] + 60)
+    t_reference = time.perf_counter()
+    reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
+    timing["reference"] = time.perf_counter() - t_reference
+    yield dataclasses.replace(exported, timing=timing, **reference)
+
+
+def _build(case: corpus_mod.Case, probe_errors: dict[str, str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The case's model (in the mode it asks for), its example inputs and every probe (the batch probes after the
+    case's own: a probe the case declares wins over the automatic one)."""
+    model = case.model()
+    model.train(case.train_mode)
+    example = dict(case.inputs())
+    probes = case.all_probes(probe_errors)
+    for name, inputs in _batch_probes(case, example, _SETTINGS["batch_sizes"]).items():
+        probes.setdefault(name, inputs)
+    return model, example, probes
+
+
+def _torch_outputs(model: Any, probes: Mapping[str, Any], probe_errors: dict[str, str], path: Path) -> int:
+    """torch's outputs of every probe, with its inputs, into ``reference.npz`` (a probe torch fails on goes into
+    ``probe_errors`` instead); the number of outputs."""
+    import numpy as np
+    import torch
+
+    arrays: dict[str, Any] = {}
+    n_outputs = 0
+    for probe, inputs in probes.items():
+        try:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                outs = _flatten(model(*inputs.values()))
+        except Exception as exc:
+            probe_errors[probe] = f"{type(exc).__name__}: {first_line(str(exc))}"
+            continue
+        for name, value in inputs.items():
+            arrays[layout.input_key(probe, name)] = _to_numpy(value)
+        for i, value in enumerate(outs):
+            arrays[layout.output_key(probe, i)] = _to_numpy(value)
+        n_outputs = len(outs)
+    if "example" not in probe_errors:
+        np.savez(path, **arrays)
+    return n_outputs
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the module's parameters and buffers: what the exported model holds as initializers."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in (*model.parameters(), *model.buffers()):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _run_exporter(
+    case: corpus_mod.Case,
+    key: ArtifactKey,
+    model: Any,
+    example: Mapping[str, Any],
+    output_names: list[str],
+    path: Path,
+    *,
+    external: bool = False,
+) -> Any:
+    """Write ``path`` (and, with ``external``, its weights as ``model.onnx.data`` beside it); return the
+    dynamo exporter's ONNXProgram (None for TorchScript)."""
+    import torch
+
+    # Only tensors are named, as callers do: TorchScript then turns a Python float argument into an
+    # anonymous graph input ('onnx::Cast_1') that a caller cannot feed, dynamo bakes it in; both are
+    # gotchas the table shows (scalar_temperature).
+    input_names = [n for n, v in example.items() if isinstance(v, torch.Tensor)]
+    if case.script:
+        model = torch.jit.script(model)
+    # Into a folder of its own: an exporter writing a large model may leave a file per tensor beside it.
+    scratch = path.parent / ".export"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    target = scratch / path.name
+    try:
+        program = _call_exporter(case, key, model, example, input_names, output_names, target, external)
+        if not target.exists():
+            return program
+        written = sorted(p.name for p in scratch.iterdir())
+        if written == [path.name] and not external:
+            os.replace(target, path)
+        elif written == sorted([path.name, DATA]):  # the dynamo exporter's own layout (onnx-ir saves <name>.data)
+            os.replace(scratch / DATA, path.parent / DATA)
+            os.replace(target, path)
+        else:  # TorchScript: weights inline, or a file per tensor beyond 2 GiB
+            _one_data_file(target, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return program
+
+
+def _call_exporter(
+    case: corpus_mod.Case,
+    key: ArtifactKey,
+    model: Any,
+    example: Mapping[str, Any],
+    input_names: list[str],
+    output_names: list[str],
+    target: Path,
+    external: bool,
+) -> Any:
+    """One torch exporter at the artifact's opset, writing ``target``: the dynamo exporter's ONNXProgram, or None."""
+    import torch
+
+    args = tuple(example.values())
+    if key.exporter == "torchscript":
+        dynamic_axes: dict[str, Any] = {n: dict(d) for n, d in case.dynamic.items()}
+        torch.onnx.export(
+            model,
+            args,
+            str(target),
+            dynamo=False,
+            opset_version=key.opset,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes or None,
+        )
+        return None
+    dyn = torch.export.Dim.DYNAMIC
+    shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
+    program = torch.onnx.export(
+        model,
+        args,
+        dynamo=True,
+        opset_version=key.opset,
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_shapes=shapes if case.dynamic else None,
+        external_data=external,
+    )
+    if program is None:
+        raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
+    program.save(str(target), external_data=external)
+    return program
+
+
+def _one_data_file(src: Path, path: Path) -> None:
+    """Save the model at ``src`` (and whatever external data files it uses) as ``path`` with every
+    initializer of 1 KiB or more in one ``model.onnx.data``: the layout every later stage expects."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=True)
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=DATA, size_threshold=1024)
+
+
+def _inspect(path: Path) -> dict[str, Any]:
+    """Checker verdict, actual opset, IR version and graph statistics."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)  # the graph; the weights are not needed here
+    try:
+        # A model with external data is checked from its file (its weights stay on disk, and one over 2 GiB
+        # cannot be checked in memory); one without, as it is.
+        onnx.checker.check_model(str(path) if (path.parent / DATA).exists() else model)
+        checker = "ok"
+    except Exception as exc:
+        checker = first_line(str(exc)) or type(exc).__name__
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"checker": checker, "opset_actual": opset, "ir_version": model.ir_version, "graph": graph_stats(model)}
+
+
+def graph_stats(model: Any) -> dict[str, Any]:
+    """The ``graph`` of an :class:`ExportRecord`: node, Constant and initializer counts, the op-type
+    histogram, the graph inputs (initializers left out) and outputs, local functions."""
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        ops[op] = ops.get(op, 0) + 1
+    inits = {i.name for i in model.graph.initializer}
+    return {
+        "nodes": len(model.graph.node),
+        "constants": ops.get("Constant", 0),
+        "initializers": len(model.graph.initializer),
+        "ops": dict(sorted(ops.items())),
+        "inputs": [_value_info(v) for v in model.graph.input if v.name not in inits],
+        "outputs": [_value_info(v) for v in model.graph.output],
+        "functions": len(model.functions),
+    }
+
+
+def _reference(
+    out_dir: Path, probes: Mapping[str, Mapping[str, Any]], program: Any, *, tolerance: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Record what a mismatching cell is later compared with, node by node (:func:`harness.export.node_values.prepare`):
+    ``model.debug.onnx`` (its weights are model.onnx's, referenced, not copied), ``nodes.json``, where the
+    graph itself already differs from torch per probe (``localization.json``) and, for a model within
+    ``[export] intermediates_mib``, the reference runtime's value of every node (``intermediates.npz``; a
+    larger model's are recorded on demand, one probe at a time, for a cell that mismatches). The reference
+    runs in a forked child: a runtime that crashes or hangs on this model costs this record, not the export."""
+    from harness.export import node_values as reference
+
+    pin = f"onnxruntime=={_SETTINGS['reference']}"
+    for old in layout.LOCALIZATION_FILES:
+        (out_dir / old).unlink(missing_ok=True)
+    try:
+        info = reference.prepare(
+            out_dir,
+            probes,
+            **tolerance,
+            exported_program=program.exported_program if program is not None else None,
+            timeout=_SETTINGS["reference_timeout"],
+            budget=int(_SETTINGS["intermediates_mib"] * 2**20),
+        )
+    except Exception as exc:  # an exporter's odd graph costs the localization, never the artifact
+        return {"reference_runtime": f"failed: {pin}: {type(exc).__name__}: {first_line(str(exc))}"}
+    if info["error"]:
+        return {"reference_runtime": f"failed: {pin}: {info['error']}"}
+    return {"reference_runtime": pin, "intermediates_sha256": layout.localization_sha256(out_dir)}
+
+
+def _value_info(v: Any) -> dict[str, Any]:
+    t = v.type.tensor_type
+    dims = [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in t.shape.dim]
+    return {"name": v.name, "elem_type": t.elem_type, "shape": dims}
+
+
+def _card(case: corpus_mod.Case) -> dict[str, str]:
+    card = case.card.to_dict() if case.card else {}
+    if case.fixes:
+        card["fixes"] = case.fixes
+    if tuple(case.exporters) != corpus_mod.EXPORTERS:  # applies to these only: the others' cells are `skipped`
+        card["exporters"] = ",".join(case.exporters)
+        card["skip_reason"] = case.skip_reason
+    card["source_file"] = case.source_file
+    return card
+
+
+_BUILD_FAILED = "building the case failed: "
+_EXAMPLE_FAILED = "torch cannot run the example inputs: "
+
+
+def user_error(rec: ExportRecord) -> bool:
+    """The case's factory or example inputs failed in torch: the user's bug, not the exporter's."""
+    return not rec.ok and (rec.error_line or "").startswith((_BUILD_FAILED, _EXAMPLE_FAILED))

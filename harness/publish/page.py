@@ -1,0 +1,222 @@
+"""``results/index.html``: the whole table as one self-contained static page.
+
+No network access is needed to view it (no scripts, fonts or styles from
+elsewhere), so it works from ``file://`` and from GitHub Pages alike. The data
+travels inside the page as JSON, with every repeated string stored once; the
+page's script builds the table from it and puts every string from a model or
+an error into the document as text (``textContent``), never as markup, and the
+JSON escapes ``<``, ``>`` and ``&`` so that nothing in it can close its
+``<script>`` element. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.answer.published import column_label, runtime_order
+from harness.answer.recommend import Answer
+from harness.build.frontier import describe
+from harness.config import runtimes
+from harness.core.records import CellRecord, ExportRecord, Status
+
+TEMPLATE = Path(__file__).with_name("page.html")
+_TOKEN = "__HARNESS_DATA__"
+# The README's emoji need an emoji font; the page keeps to characters every text font has.
+_SYMBOLS = {Status.PASS: "✓", Status.CRASH: "✗", Status.TIMEOUT: "∞"}
+
+
+class _Interned:
+    """Values stored once, referred to by index."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, value: Any) -> int:
+        if value in (None, "", {}, []):
+            return -1
+        key = json.dumps(value, sort_keys=True)
+        if key not in self._index:
+            self._index[key] = len(self.values)
+            self.values.append(value)
+        return self._index[key]
+
+
+def _detail(c: CellRecord) -> dict[str, Any]:
+    """What a cell says beyond its status (shared verbatim by many cells: stored once)."""
+    data: dict[str, Any] = {}
+    if c.error_class:
+        data["class"] = c.error_class
+    if c.error_line:
+        data["error"] = c.error_line
+    if c.localization:
+        data["starts_at"] = c.localization
+    if c.optimizer is not None:
+        data["optimizer"] = "yes: passes with graph optimizations disabled" if c.optimizer else "no: fails with them disabled too"
+    if c.note:
+        data["note"] = c.note
+    if c.diff is not None:
+        d = c.diff
+        diff: dict[str, Any] = {"max_abs": d.max_abs, "max_rel": d.max_rel, "mismatched": d.mismatched, "total": d.total}
+        diff.update(
+            {
+                k: v
+                for k, v in (("nan_ref", d.nan_ref), ("nan_out", d.nan_out), ("inf_ref", d.inf_ref), ("inf_out", d.inf_out))
+                if v
+            }
+        )
+        if d.shape_mismatch:
+            diff["shape_mismatch"] = d.shape_mismatch
+        for key in ("scaled_error", "scaled_output", "scaled_limit"):
+            if getattr(d, key) is not None:
+                diff[key] = getattr(d, key)
+        data["diff"] = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in diff.items()}
+    if c.providers_used:
+        data["providers"] = ", ".join(c.providers_used)
+    return data
+
+
+_CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file")
+
+
+def _answer(a: Answer) -> dict[str, Any]:
+    """One runtime × provider's answer: its options best first, each ``[exporter, opset, cases that apply,
+    failing, [skipped], [up to 6 failing names], corpus passing, corpus total, [[case, opset written]]]``."""
+    selection = re.sub(r"^\d+ cases?: | \(--all.*\)$", "", a.selection)
+    return {
+        "runtime": a.runtime,
+        "provider": a.provider,
+        "selection": selection,
+        "frontier": a.frontier or "",
+        "best": bool(a.best),
+        "options": [
+            [
+                o.exporter,
+                o.opset,
+                o.selected,
+                len(o.failing),
+                [c for c, _ in o.skipped],
+                [c for c, _ in o.failing[:6]],
+                o.corpus_pass,
+                o.corpus_total,
+                [[c, w] for c, w in o.written],
+            ]
+            for o in a.options
+        ],
+    }
+
+
+def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
+    """``{"loads": "loads up to IR 9 / opset 19", "loads_short": "IR≤9 op≤19"}`` for a measured frontier."""
+    if not result or result.get("max_ir") is None:
+        return {}
+    return {"loads": describe(result), "loads_short": f"IR≤{result['max_ir']} op≤{result['max_opset']}"}
+
+
+def _reproducer(pin: str, column: str, constraints: Sequence[str]) -> dict[str, str]:
+    """What a column's reproducer installs and the command after ``pip install`` (``{repro}``: its folder), as the
+    runtime's kind reproduces a cell (:meth:`harness.config.runtimes.Kind.reproduce`)."""
+    install, command = runtimes.kind(runtimes.package_of(pin)).reproduce(pin, column, constraints, "results/{repro}/")
+    return {"install": " ".join(f'"{req}"' for req in install), "reproduce": command}
+
+
+def data(
+    cells: Sequence[CellRecord],
+    exports: Iterable[ExportRecord],
+    *,
+    repros: Mapping[str, str],
+    constraints: Mapping[str, Sequence[str]],
+    environment: Mapping[str, Any],
+    legend: Mapping[Status, str],
+    counts: Mapping[str, int],
+    frontier: Mapping[str, Mapping[str, Any]] | None = None,
+    answers: Sequence[Answer] = (),
+    beside: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
+    ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
+    cell; a column's header says what its runtime loads, where ``frontier`` measured it."""
+    frontier = frontier or {}
+    exports = list(exports)
+    strings = _Interned()
+    details = _Interned()
+    pins = runtime_order(c.runtime for c in cells)
+    providers = sorted({c.provider for c in cells})
+    measured = {(c.runtime, c.provider) for c in cells}
+    columns = [(pin, p) for pin in pins for p in providers if (pin, p) in measured]
+    case_names = list(dict.fromkeys(r.case for r in exports))
+    case_index = {name: i for i, name in enumerate(case_names)}
+    rows = [r for r in exports if r.case in case_index]
+    statuses = sorted(Status, key=lambda s: s.severity)
+    packed = _pack(cells, rows, columns, statuses, strings, details)
+    cards = {r.case: r.card for r in exports}
+    return {
+        "title": "PyTorch → ONNX compatibility matrix",
+        "generated": environment.get("generated"),
+        "profile": environment.get("profile"),
+        "wall_seconds": environment.get("wall_seconds"),
+        "partial": list(environment.get("partial") or []),
+        "beside": list(beside),  # harness.answer.published.published_beside: columns of profiles published inside this one
+        "counts": dict(counts),
+        "statuses": [[s.value, _SYMBOLS.get(s, s.symbol), legend[s]] for s in statuses],
+        "columns": [
+            {
+                "runtime": pin,
+                "provider": p,
+                "label": column_label(pin, p, len(providers)),
+            }
+            | _reproducer(pin, p, constraints.get(pin, ()))
+            | _loads(frontier.get(pin))
+            for pin, p in columns
+        ],
+        "answers": [_answer(a) for a in answers],
+        "cases": [{k: cards[name].get(k, "") for k in _CARD_KEYS} | {"name": name} for name in case_names],
+        "rows": [
+            [case_index[r.case], r.exporter, r.opset, r.opset_asked or r.opset, r.ir_version or 0, repros.get(r.key.id, "")]
+            for r in rows
+        ],
+        "strings": strings.values,
+        "details": details.values,
+        "cells": packed,
+        "environment": dict(environment),
+    }
+
+
+def _pack(
+    cells: Sequence[CellRecord],
+    rows: Sequence[ExportRecord],
+    columns: Sequence[tuple[str, str]],
+    statuses: Sequence[Status],
+    strings: _Interned,
+    details: _Interned,
+) -> list[list[Any]]:
+    """One short array per cell: ``[row, column, probe, status, details, latency]``, by index."""
+    row_index = {(r.case, r.exporter, r.opset): i for i, r in enumerate(rows)}
+    col_index = {col: i for i, col in enumerate(columns)}
+    status_index = {s: i for i, s in enumerate(statuses)}
+    packed = []
+    for c in cells:
+        row = row_index.get((c.case, c.exporter, c.opset))
+        if row is None:
+            continue
+        lat = c.latency
+        latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
+        packed.append(
+            [row, col_index[(c.runtime, c.provider)], strings(c.probe), status_index[c.status], details(_detail(c)), latency]
+        )
+    return packed
+
+
+def render(payload: Mapping[str, Any]) -> str:
+    """The page: the template with ``payload`` inlined as script-safe JSON."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    template = TEMPLATE.read_text(encoding="utf-8")
+    head, sep, tail = template.partition(_TOKEN)
+    assert sep, f"{TEMPLATE} lost its {_TOKEN} placeholder"
+    return head + text + tail

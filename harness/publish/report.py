@@ -1,0 +1,547 @@
+"""Report stage: shards + export records → the published table in ``results/``.
+
+Writes:
+
+- ``results/matrix.jsonl``: every cell, long format, one JSON object a line,
+  sorted by key (a diff between two runs is a diff of lines);
+- ``results/environment.json``: versions of everything that produced it;
+- ``results/cases.json``: every case's card and the file it came from (what
+  ``harness recommend --corpus`` selects by);
+- ``results/history.jsonl``: one summary line per published run;
+- ``results/plots/*.svg``: pass rate per runtime for each exporter and opset,
+  of the fixed twins and of every case;
+- ``results/index.html``: the whole table as one self-contained page;
+- ``results/README.md``: the newest safe opset per runtime, the legend, a
+  summary per runtime × exporter × opset, the plots and the trend, and per
+  case its card, its row across runtimes and providers, export facts,
+  failing cells with their first error line and reproducer, and latency.
+
+Needs pandas and tabulate (the report environment), never torch or a runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.answer import published, recommend
+from harness.answer.published import CASES, REWRITES, column_label, group_by, published_beside, runtime_order, why, worst
+from harness.build import cache, frontier, layout, lock, stamps
+from harness.config import runtimes
+from harness.config.matrix import Profile, version_tuple
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, ExportRecord, Status, by_written_opset, spread
+from harness.publish import gpu_outputs as gpuref
+from harness.publish import history, markdown, page, plots
+from harness.publish.markdown import LEGEND
+from harness.publish.repro import FAILING, write_repros
+from harness.publish.staged import Publication, recover
+
+__all__ = ["LEGEND", "build", "gather", "your_models"]
+
+
+def _column(cell: CellRecord, providers: int) -> str:
+    return column_label(cell.runtime, cell.provider, providers)
+
+
+def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[CellRecord], list[ExportRecord], list[str]]:
+    """Cells of the profile's shards for the artifacts of the last export (a runtime-wide ``env-error``
+    record stays one record: :func:`harness.core.records.spread` expands it), and what is wrong with them.
+
+    Raises:
+        HarnessError: a shard of the profile is not whole (:func:`harness.build.layout.check`: unsealed, changed,
+            damaged, missing cells), unless ``partial``: then its sound cells are taken and the
+            problems returned, for the report to say so.
+    """
+    exports = layout.load_artifacts(out)
+    wanted = {(r.case, r.exporter, r.opset) for r in exports}
+    cells: list[CellRecord] = []
+    found: list[str] = []
+    for rt, provider in profile.shards():
+        sound, problem = layout.check(layout.shard_path(out, rt, provider), rt.pin, provider, exports)
+        if problem:
+            found.append(problem)
+        cells.extend(c for c in sound.values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
+    if found and not partial:
+        raise HarnessError(
+            f"report: not publishing profile {profile.name!r}, {len(found)} of {len(profile.shards())} shards are not whole: "
+            f"{layout.describe(found)}; rerun `nox -s matrix` (it runs what is missing), or add --partial to publish "
+            "what there is, labelled partial"
+        )
+    if not cells:
+        raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
+    rows, left_out = gpuref.read(out, exports)  # torch on the GPU, for the mismatches of NVIDIA columns
+    if left_out:
+        print(f"report: second reference {left_out}", file=sys.stderr)
+    return gpuref.join(cells, rows), exports, found
+
+
+def build(
+    out: Path,
+    results: Path,
+    *,
+    profile: Profile,
+    wall: float | None = None,
+    builtin: tuple[str, ...] = (),
+    partial: bool = False,
+) -> str:
+    """Write results/ and return a summary: one line, then the rows of cases from outside ``builtin``
+    (the user's own corpus files), so ``nox -s matrix -- --corpus my_models.py`` ends with the answer.
+
+    Only whole shards are published (:func:`gather`), and only from artifacts whose files are the ones the
+    export recorded; with ``partial``, what there is, and the report says so on its first line and on the
+    page (and adds no entry to the history). The new report is written whole beside ``results`` and
+    swapped in at once (:class:`harness.publish.staged.Publication`): a write that fails, a refused rename or a
+    kill at any instant leaves the previous report whole.
+
+    Raises:
+        HarnessError: the shards are not whole (without ``partial``), an artifact changed, ``results`` is
+            not a results folder (:func:`harness.answer.published.kept`), or it cannot be written.
+    """
+    try:
+        for line in recover(results):  # what a report killed while publishing left
+            print(line, file=sys.stderr)
+    except OSError as exc:
+        raise HarnessError(
+            f"report: {results} is missing and the previous report beside it cannot be put back ({exc.strerror or exc}): "
+            "fix the folder's permissions, then run the report again"
+        ) from None
+    keep = published.kept(results)
+    cells, exports, problems = gather(out, profile, partial=partial)
+    if changed := layout.damaged(out, exports):
+        art_id, what = next(iter(sorted(changed.items())))
+        raise HarnessError(
+            f"report: not publishing profile {profile.name!r}: {len(changed)} artifact(s) changed since the export wrote "
+            f"them ({art_id}: {what}); run `nox -s matrix` (it exports them again and runs their cells)"
+        )
+    stage: Publication | None = None
+    try:
+        stage = Publication(results, keep)
+        summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
+        with contextlib.ExitStack() as held:  # the profiles published inside it keep still while they are carried over
+            for name in keep:
+                if (results / name).is_dir():
+                    held.enter_context(lock.acquire(results / name, lock.command_line()))
+            if note := stage.commit():
+                print(note, file=sys.stderr)
+    except OSError as exc:
+        if stage is not None:
+            stage.abort()
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise HarnessError(
+            f"report: cannot write {results}: {exc.strerror or exc}{where}; the previous report is left as it was: "
+            "free some space or fix the folder's permissions, then run the report again"
+        ) from None
+    except BaseException:  # a refusal, Ctrl-C, a bug: the published folder was never touched
+        if stage is not None:
+            stage.abort()
+        raise
+    try:
+        stamps.write_report_stamp(out, profile, results, builtin)
+    except OSError as exc:
+        raise HarnessError(
+            f"report: {results} is written, but its stamp in {out} is not ({exc.strerror or exc}): "
+            "the next `nox -s matrix` writes the report again"
+        ) from None
+    return summary
+
+
+def _build(
+    out: Path,
+    results: Path,
+    stage: Publication,
+    raw_cells: list[CellRecord],
+    raw_exports: list[ExportRecord],
+    problems: list[str],
+    *,
+    profile: Profile,
+    wall: float | None,
+    builtin: tuple[str, ...],
+) -> str:
+    """The report's files, written into ``stage``; the summary. The steps run in the order of the README's
+    figures: the cells and cards, the environment, the history, the plots and the page, the Markdown."""
+    raw, exports, rewrites = by_written_opset(raw_cells, raw_exports)
+    stage.folder(results)
+    cells = sorted(spread(raw, exports), key=lambda c: c.key)
+    constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
+    repros = write_repros(out, results, cells, exports, constraints, stage)
+    _write_lines(stage, results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
+    cards = _cards(exports)
+    stage.write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    stage.write_text(results / REWRITES, json.dumps([dataclasses.asdict(w) for w in rewrites], indent=1) + "\n")
+    runs = [p for p in (out / layout.MANIFEST, *(layout.shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
+    manifest = json.loads((out / layout.MANIFEST).read_text())
+    environment = _environment(out, results, raw, profile, manifest, runs, wall, len(cells), len(repros), problems)
+    stage.write_text(results / "environment.json", json.dumps(environment, indent=1, sort_keys=True) + "\n")
+
+    df = pd.DataFrame([_row(c, repros) for c in cells])
+    providers = df["provider"].nunique()
+    df["column"] = [_column(c, providers) for c in cells]
+    counts = df["status"].value_counts().to_dict()
+    trend = _history(stage, results, profile, df, environment, counts, runs, partial=bool(problems))
+    folded = _fold_cases(df)
+    names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
+    figures = _plots(stage, results, folded, markdown.runtime_order(df["column"]), names, _runtime_axis(profile))
+    loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
+    rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
+    safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
+    stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
+    beside = published_beside(results)
+    payload = page.data(
+        cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
+        frontier=loads, answers=safe, beside=beside,
+    )  # fmt: skip
+    stage.write_text(results / "index.html", page.render(payload))
+
+    # A column that is one runtime-wide record (a provider unavailable here, a broken env) was not measured: said once.
+    unmeasured = {(c.runtime, c.provider): f"{c.status.symbol} {c.status.value}: {c.error_line}" for c in raw if c.runtime_wide}
+    text = markdown.readme(
+        markdown.Readme(
+            df, exports, environment, counts, profile, folded, safe, trend, figures,
+            unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
+            unmeasured_pins=unmeasured, loads=loads, runtimes=[rt.pin for rt in profile.runtimes], rewrites=rewrites,
+            beside=beside,
+        )
+    )  # fmt: skip
+    stage.write_text(results / "README.md", text)
+    verdicts = _verdicts(cells, exports)
+    _write_case_pages(stage, results, markdown.case_pages(df, exports, verdicts, profile, environment))
+    return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems)
+
+
+def _cards(exports: Iterable[ExportRecord]) -> dict[str, dict[str, str]]:
+    """Every case's card (every record carries its case's card; one from before that rule may not)."""
+    cards: dict[str, dict[str, str]] = {}
+    for r in exports:
+        if r.card or r.case not in cards:
+            cards[r.case] = r.card or cards.get(r.case, {})
+    return cards
+
+
+def _environment(
+    out: Path, results: Path, raw: Iterable[CellRecord], profile: Profile, manifest: Mapping[str, Any], runs: list[Path],
+    wall: float | None, cells: int, repros: int, problems: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """``environment.json``: what made the table (the export's versions, each runtime's environment), when, in how long."""
+    run_id = history.run_id(runs)
+    # Reporting a run again (the report's code changed, nothing else) is not the run: its wall time stays the one
+    # recorded when its cells were made, not the seconds this report took.
+    earlier = next((e for e in history.read(results / history.HISTORY) if e.get("run") == run_id), {})
+    if earlier.get("wall_seconds") is not None:
+        wall = earlier["wall_seconds"]
+    export_stamp = _mapping(cache.read_json(out / layout.EXPORT_STAMP))
+    export_stats = _mapping(export_stamp.get("stats"))
+    settings = _mapping(_mapping(export_stamp.get("inputs")).get("settings"))
+    # The tolerance every case without its own was compared with, as the export that wrote the references used it.
+    tolerance = {k: settings[k] for k in ("atol", "rtol", "scaled") if isinstance(settings.get(k), int | float)}
+    runtimes_env = {}
+    for c in raw:
+        if c.env and c.runtime not in runtimes_env:
+            runtimes_env[c.runtime] = {k: v for k, v in c.env.items() if k not in ("torch", "onnx", "onnxscript")}
+    environment = {
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "profile": profile.name,
+        "export": manifest.get("versions", {}),
+        "export_seconds": export_stats.get("seconds"),
+        "exported": export_stats.get("exported"),
+        "runtimes": runtimes_env,
+        "wall_seconds": wall,
+        "cells": cells,
+        "reproducers": repros,
+        "problems": manifest.get("problems", []),
+    }
+    if tolerance:
+        environment["tolerance"] = tolerance
+    if problems:  # published only when asked for (--partial): said on the README's first line and on the page
+        environment["partial"] = problems
+    return environment
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` where it is a JSON object, else an empty one (a damaged stamp says nothing)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _history(
+    stage: Publication, results: Path, profile: Profile, df: pd.DataFrame, environment: Mapping[str, Any], counts: dict[str, int],
+    runs: list[Path], *, partial: bool,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """This run's line in ``history.jsonl`` (not a partial report's: the trend stays the runs', carried over as it
+    is), and the trend."""
+    if partial:
+        with contextlib.suppress(FileNotFoundError):
+            stage.write_bytes(results / history.HISTORY, (results / history.HISTORY).read_bytes())
+        return history.read(results / history.HISTORY)
+    entry = history.summary(
+        run=history.run_id(runs),
+        date=history.finished(runs),
+        environment=environment,
+        counts=counts,
+        cases=df["case"].nunique(),
+        runtimes=[rt.pin for rt in profile.runtimes if rt.pin in set(df["runtime"])],
+    )
+    trend, text = history.merged(results / history.HISTORY, entry)
+    stage.write_text(results / history.HISTORY, text)
+    return trend
+
+
+def _verdicts(cells: list[CellRecord], exports: list[ExportRecord]) -> dict[str, list[str]]:
+    """Each case's claims checked against the table. Claims are about onnxruntime on the CPU: the newest CPU package
+    (native TensorRT 10.x is not newer)."""
+    pins = {c.runtime for c in cells}
+    cpu = [p for p in pins if runtimes.package_of(p) == runtimes.REFERENCE]
+    newest = max(cpu or pins, key=lambda pin: version_tuple(pin.split("==")[-1]))
+    by_case: dict[str, list[CellRecord]] = {}
+    for c in cells:
+        by_case.setdefault(c.case, []).append(c)
+    return {r.case: markdown.claims_lines(r, by_case.get(r.case, []), newest) for r in exports}
+
+
+def _summary_line(
+    cells: list[CellRecord], exports: list[ExportRecord], counts: Mapping[str, int], results: Path,
+    cards: Mapping[str, Mapping[str, str]], builtin: tuple[str, ...], providers: int, manifest: Mapping[str, Any],
+    problems: list[str],
+) -> str:  # fmt: skip
+    """What the report prints: its counts, then the user's own models (a ``--corpus`` run ends with the answer)."""
+    summary = (
+        f"report: {len(cells)} cells, {len(exports)} artifacts, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + f" → {results} (open {results / 'index.html'})"
+    )
+    mine = list(dict.fromkeys(r.case for r in exports if cards.get(r.case, {}).get("source_file") not in builtin))
+    if mine:
+        summary += "\n\n" + your_models(cells, mine, cards, providers)
+    for problem in manifest.get("problems", []):
+        summary += f"\ncorpus problem: {problem}"
+    if problems:
+        summary = f"report: PARTIAL, {len(problems)} shard(s) not whole: {layout.describe(problems)}\n" + summary
+    return summary
+
+
+def your_models(cells: list[CellRecord], mine: list[str], cards: Mapping[str, Mapping[str, str]], providers: int) -> str:
+    """The end of a ``--corpus`` run, in one screen: per model, the exporter and opset to ship on each
+    runtime (``recommend`` for that model alone), then what fails where, each failure once with the
+    opsets and runtimes it covers."""
+    columns = group_by((c for c in cells if c.case in mine), "runtime", "provider")
+    whole = group_by(cells, "runtime", "provider")  # a column's every cell, once: recommend breaks ties with them
+    order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}
+    keys = sorted(columns, key=lambda k: (order[k[0]], k[1]))
+    labels = [column_label(pin, provider, providers) for pin, provider in keys]
+    files = sorted({cards.get(c, {}).get("source_file", "") for c in mine} - {""})
+    rows = []
+    for case in mine:
+        row = [case]
+        for pin, provider in keys:
+            try:
+                answer = recommend.recommend(whole[(pin, provider)], pin, provider, [case], case)
+            except HarnessError:
+                row.append("not measured")
+                continue
+            best = answer.best
+            if best is not None:
+                row.append(f"{best.exporter} {best.opset}")
+            elif answer.options:
+                closest = answer.options[0]
+                status = closest.failing[0][1].split(" ", 1)[0] if closest.failing else "?"
+                row.append(f"none (closest: {closest.exporter} {closest.opset}, {status})")
+            else:
+                row.append("none")
+        rows.append(row)
+    lines = [
+        f"Your models ({', '.join(files) or 'your corpus'}): the exporter and opset to ship on each runtime "
+        "(the highest opset at which every probe passes; `harness recommend --corpus FILE` says more)",
+        "",
+        tabulate(rows, headers=["model", *labels], tablefmt="github"),
+    ]
+    failures = _failures(cells, mine, providers)
+    if failures:
+        lines += ["", "What fails where:", *failures]
+    return "\n".join(lines)
+
+
+def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[str]:
+    """One line per model × exporter × failure (status and first error line), with the opsets and the
+    runtimes it holds on: ``bert: dynamo opsets 13-20 on 1.16.3: L load-fail: Unsupported model IR version …``."""
+    runtimes = runtime_order(c.runtime for c in cells if c.case in mine)
+    by: dict[tuple[str, str, str, str], dict[str, set[int]]] = {}
+    for (case, exporter, opset, pin, provider), group in group_by(
+        (c for c in cells if c.case in mine), "case", "exporter", "opset", "runtime", "provider"
+    ).items():
+        status = worst(group)
+        if status in (Status.PASS, Status.SKIPPED):
+            continue
+        reason = why(group)
+        label = column_label(pin, provider, providers)
+        by.setdefault((case, exporter, status.symbol, reason), {}).setdefault(label, set()).add(opset)
+    all_opsets = {c.opset for c in cells if c.case in mine}
+    labels = [column_label(p, q, providers) for p in runtimes for q in sorted({c.provider for c in cells if c.runtime == p})]
+    lines = []
+    for (case, exporter, symbol, reason), where in sorted(by.items(), key=lambda kv: (mine.index(kv[0][0]), kv[0][1])):
+        groups: dict[frozenset[int], list[str]] = {}
+        for label in labels:
+            if label in where:
+                groups.setdefault(frozenset(where[label]), []).append(label)
+        for opsets, at in groups.items():
+            listed = ", ".join(map(str, sorted(opsets)))
+            on = "every opset" if opsets == all_opsets else f"opset{'s' * (len(opsets) > 1)} {listed}"
+            runs = "every runtime" if len(at) == len(labels) > 1 else ", ".join(at)
+            lines.append(f"- {case}: {exporter} {on} on {runs}: {symbol} {reason}")
+    return lines
+
+
+def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
+    """A cell as published: one line of what a reader needs, without what changes on every run or
+    lives elsewhere. The full error message, the environment and the digests stay in the shard
+    (build/shards); the environment is published once per runtime in environment.json; the error
+    reproduces with the cell's reproducer (``repro``)."""
+    data: dict[str, Any] = {**_where(c), "status": c.status.value, "stage": c.stage.value}
+    optional = {
+        "opset_actual": c.opset_actual,
+        "opset_asked": c.opset_asked,
+        "ir_version": c.ir_version,
+        "error_class": c.error_class,
+        "error_line": c.error_line,
+        "localization": c.localization,
+        "optimizer": c.optimizer,
+        "note": c.note,
+        "providers_used": list(c.providers_used),
+        "placement": c.placement,
+        "engine": c.engine,
+        "diff": _compact_diff(c),
+        "latency": _compact_latency(c),
+        "repro": _repro(c, repros),
+    }
+    data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
+    if runtimes.provider(c.provider).nvidia:  # every GPU cell names the GPU it ran on
+        data["gpu"] = c.env.get("gpu") or "?"
+    if c.error_class != "EnvironmentError":
+        return data
+    data["error"] = c.error  # a broken environment is one record: keep its whole diagnosis
+    return data
+
+
+def _repro(c: CellRecord, repros: dict[str, str]) -> str | None:
+    """The reproducer folder of a failing cell (relative to results/)."""
+    return repros.get(c.artifact.id) if c.status in FAILING else None
+
+
+def _sig(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.4g}")
+
+
+def _compact_diff(c: CellRecord) -> dict[str, Any] | None:
+    if c.diff is None:
+        return None
+    d = c.diff
+    data: dict[str, Any] = {"max_abs": _sig(d.max_abs), "max_rel": _sig(d.max_rel), "mismatched": d.mismatched, "total": d.total}
+    extra = {"nan_ref": d.nan_ref, "nan_out": d.nan_out, "inf_ref": d.inf_ref, "inf_out": d.inf_out}
+    data.update({k: v for k, v in extra.items() if v})
+    if d.scaled_error is not None:  # the error in units of the output's own scale, and the bound it had
+        data["scaled_error"] = _sig(d.scaled_error)
+        data.update({k: v for k, v in (("scaled_output", d.scaled_output), ("scaled_limit", d.scaled_limit)) if v is not None})
+    if d.shape_mismatch:
+        data["shape_mismatch"] = d.shape_mismatch
+    return data
+
+
+def _compact_latency(c: CellRecord) -> dict[str, Any] | None:
+    if c.latency is None:
+        return None
+    data = c.latency.to_dict()
+    for k in ("median_ms", "p90_ms", "session_ms"):
+        data[k] = _sig(data[k])
+    return data
+
+
+def _where(c: CellRecord) -> dict[str, Any]:
+    """The fields of a cell's key."""
+    return {k: getattr(c, k) for k in ("case", "exporter", "opset", "runtime", "provider", "probe")}
+
+
+def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
+    return {
+        **_where(c),
+        "status": c.status.value,
+        "error_class": c.error_class or "",
+        "error_line": c.error_line or "",
+        "localization": c.localization or "",
+        "optimizer": {True: "yes", False: "no", None: ""}[c.optimizer],
+        "repro": _repro(c, repros) or "",
+        "note": c.note or "",
+        "median_ms": c.latency.median_ms if c.latency else None,
+        "copies": c.latency.copies if c.latency else "",
+    }
+
+
+def _write_lines(stage: Publication, path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    stage.write_text(path, "".join(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n" for row in rows))
+
+
+def _write_case_pages(stage: Publication, results: Path, pages: Mapping[str, str]) -> None:
+    """Write each case's page (the new folder holds no page of a case the table no longer holds)."""
+    folder = stage.folder(results / markdown.CASE_PAGES)
+    for case, text in pages.items():
+        stage.write_text(folder / f"{case}.md", text)
+
+
+def _fold_cases(df: pd.DataFrame) -> pd.Series:
+    """Each case's status per runtime column × exporter × opset: the worst over its probes (pass only when
+    every probe passed). The summary per runtime and the pass-rate plots count these."""
+    return df.groupby(["column", "exporter", "opset", "case"], observed=True)["status"].agg(
+        lambda s: max(s, key=lambda v: Status(v).severity)
+    )
+
+
+def _runtime_axis(profile: Profile) -> str:
+    """The x axis of the plots: the runtime columns, oldest first, in words."""
+    packages = sorted({rt.package for rt in profile.runtimes})
+    providers = ", ".join(profile.providers)
+    return f"{' / '.join(packages)} version, oldest first ({providers} provider{'s' * (len(profile.providers) > 1)})"
+
+
+def _pass_rates(folded: pd.Series, columns: list[str], cases: Sequence[str] | None) -> dict[str, list[float | None]]:
+    """Per exporter × opset, per runtime column: % of ``cases`` (None: all) whose every probe passes there, over
+    the cases that apply (a case skipped under an exporter is neither)."""
+    if cases is not None:
+        folded = folded[folded.index.get_level_values("case").isin(list(cases))]
+    folded = folded[folded != Status.SKIPPED.value]
+    passed = (folded == Status.PASS.value).reorder_levels(["exporter", "opset", "column", "case"])
+    rate = passed.groupby(level=["exporter", "opset", "column"], observed=True).mean() * 100
+    return {
+        f"{exporter} opset {opset}": [
+            float(rate[(exporter, opset, c)]) if (exporter, opset, c) in rate.index else None for c in columns
+        ]
+        for exporter, opset in sorted({(e, o) for e, o, _ in rate.index})
+    }
+
+
+def _plots(
+    stage: Publication, results: Path, folded: pd.Series, columns: list[str], twins: Sequence[str], runtime_axis: str
+) -> list[tuple[str, str]]:
+    """Write results/plots/*.svg; return (title, path relative to results/) for the README: the pass rate of the
+    fixed twins (the models written as the cards recommend: what a user can ship), then of every case (the
+    gotchas included, which fail on purpose), per exporter × opset over the runtimes."""
+    folder = stage.folder(results / "plots")
+    figures = []
+    charts = (
+        ("pass_rate", f"Fixed twins ({len(twins)} cases) whose every probe passes, % per exporter and opset", twins),
+        ("pass_rate_all", "Every case (the gotchas fail on purpose) whose every probe passes, %", None),
+    )
+    for name, title, cases in charts:
+        series = _pass_rates(folded, columns, cases)
+        if not series:
+            continue
+        dashed = [k for k in series if k.startswith("torchscript")]
+        svg = plots.line_chart(title, columns, series, y_label="% of cases", x_label=runtime_axis, y_max=100, dashed=dashed)
+        stage.write_text(folder / f"{name}.svg", svg)
+        figures.append((title, f"plots/{name}.svg"))
+    return figures
