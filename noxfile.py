@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.answer import published  # noqa: E402
 from harness.build import lock, plan, stamps  # noqa: E402
+from harness.cases import corpus  # noqa: E402
 from harness.cli import check_options, matrix_options  # noqa: E402
 from harness.config.matrix import load  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
@@ -73,7 +74,7 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     try:
         check_options(ns, ROOT)  # an empty --cases, an --out that is the project itself: one line before anything runs
         MATRIX.profile(ns.profile)
-        ns.requirements = stamps.requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
+        ns.requirements = corpus.requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
     if ns.results is None:  # the default profile is the published table; the others stay in the build folder
@@ -313,6 +314,18 @@ def polygraphy_bench(session: nox.Session) -> None:
     session.install(*REFERENCE_PKGS, "polygraphy")
     _harness(session)
     session.run("python", str(ROOT / "bench" / "polygraphy_bench.py"), *session.posargs)  # e.g. -- --build build --sample 40
+
+
+UNIT_PKGS = [*REFERENCE_PKGS, f"onnx=={MATRIX.export.onnx}", *REPORT_PKGS, "pytest>=8"]
+"""What the unit tests need: no torch, no browser, no nox or uv (tests that need one skip or are deselected)."""
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The tests a contributor runs in seconds: no torch, no browser, no real environments (`-- tests/test_x.py`)."""
+    session.install(*UNIT_PKGS)
+    _harness(session)
+    session.run("pytest", "-m", "not e2e and not browser and not torch", *session.posargs, env={"PYTHONUTF8": "1"})
 
 
 @nox.session

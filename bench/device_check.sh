@@ -1,36 +1,38 @@
 #!/usr/bin/env bash
-# The device check: profile `gpu` on the GPU machine the `device` tool lends (one NVIDIA H200, no network,
-# Python 3.12 with torch 2.11 + CUDA 13, no onnxruntime-gpu, no TensorRT), in ONE call of about 6 minutes.
-# Everything that can be done without a GPU is done here, before and after that call:
+# The device check: profile `gpu` on an offline GPU host (an NVIDIA GPU and its driver, a Python with numpy,
+# protobuf, flatbuffers and packaging, torch with CUDA for its CUDA/cuDNN libraries and the second reference; no
+# network, no onnxruntime-gpu, TensorRT optional), in ONE command there of about 6 minutes.
+# Everything that can be done without a GPU is done here, before and after that command
+# (docs/runtimes.md, "An offline GPU host"):
 #
 #   bash bench/device_check.sh prepare      # here: export profile gpu (opset 18, both exporters) into build-gpu/,
 #                                           # pack it and onnxruntime-gpu into .device/, take results/ out of the
-#                                           # tree that travels, check the 64 MiB, print the one device call
-#   (the device call)                       # there: `bash bench/device_check.sh remote`, carry [".device"]
+#                                           # tree that travels, check the upload limit, print the host's command
+#   (on the GPU host)                       # there: `bash bench/device_check.sh remote`, with .device/ sent along
 #   bash bench/device_check.sh collect DIR  # here: results/ back, the returned shards gathered (refused if not
-#                                           # whole), reported into results/gpu/ with the machine's facts
+#                                           # whole), reported into results/gpu/ with the host's facts
 #   bash bench/device_check.sh restore      # here: results/ back into the checkout (collect does it too)
 #   bash bench/device_check.sh dry-run DIR  # all of it on this CPU machine, into DIR, the checkout untouched
 #
-# `remote`, on the device machine, within DEVICE_CHECK_SECONDS (default 360: with the start, a warm rerun still fits 15 minutes), each step under a timeout of
+# `remote`, on the GPU host, within DEVICE_CHECK_SECONDS (default 360: the host's time budget, less start-up), each step under a timeout of
 # its own so a slow step still leaves every finished cell (the run stage appends each cell as it comes):
 #   1. unpacks the carried onnxruntime-gpu and the export; builds a run environment of its own (a venv holding
-#      that onnxruntime-gpu, the machine's numpy/protobuf/flatbuffers/packaging and the harness: the machine's
-#      own onnxruntime 1.30 CPU build is not in it), with torch's CUDA 13 and cuDNN 9 libraries on
+#      that onnxruntime-gpu, the host's numpy/protobuf/flatbuffers/packaging and the harness: an onnxruntime the
+#      host's Python already has is not in it), with torch's CUDA 13 and cuDNN 9 libraries on
 #      LD_LIBRARY_PATH; prints nvidia-smi, the versions and a smoke test (a Conv on CUDA against the CPU,
 #      get_providers() checked);
 #   2. the run stage, correctness only: onnxruntime-gpu's cuda, tensorrt, tensorrt-fp16 and cpu columns, then
-#      native TensorRT's (both `unavailable` there, with the machine's own reason: no TensorRT can be had);
-#   3. bench/cuda_reference.py with the machine's torch: torch's CUDA outputs against the CPU reference;
+#      native TensorRT's (`unavailable` where the host has no TensorRT, with the host's own reason);
+#   3. bench/cuda_reference.py with the host's torch: torch's CUDA outputs against the CPU reference;
 #   4. the run stage again: every cell reused, the IOBinding latency pass only;
 #   5. $OUT: device_check.log, environment.json (GPU, driver, CUDA, cuDNN, packages), device_check.tar.xz
 #      (the shards, their seals, the frontier, the run logs, cuda_reference.jsonl): 3 files.
 #
-# Files: .device/ort-site.tar.xz (onnxruntime-gpu 1.31.1 for the H200: `bash ../shared/gpu/build_ort_h200.sh
-# .device`, then rename, or DEVICE_CHECK_ORT=FILE; about 9 minutes on 2 cores), .device/export.tar.xz (made by
-# prepare). The published results/ (about 75 MiB) cannot travel beside the 56.5 MiB package: prepare takes it
-# out of the working tree with git's sparse checkout (the files stay committed, nothing is deleted), and
-# `nox -s matrix` refuses to publish while it is out, saying to run `restore`.
+# Files: .device/ort-site.tar.xz (the unpacked onnxruntime-gpu 1.31.1 wheel for the host's Python and platform,
+# as tar.xz, shrunk to fit the upload limit where needed; or DEVICE_CHECK_ORT=FILE: see docs/runtimes.md),
+# .device/export.tar.xz (made by prepare). The published results/ (about 75 MiB) does not fit a 64 MiB upload beside
+# the package: prepare takes it out of the working tree with git's sparse checkout (the files stay committed,
+# nothing is deleted), and `nox -s matrix` refuses to publish while it is out, saying to run `restore`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -65,7 +67,7 @@ export_and_pack() {  # the export of profile gpu, packed with every file the run
   say "packed $(du -h "$PACK/export.tar.xz" | cut -f1) of export into $PACK/export.tar.xz"
 }
 
-traveling_mib() {  # what a device call sends: tracked and untracked-not-ignored files in the tree, plus .device
+traveling_mib() {  # what goes to the GPU host: tracked and untracked-not-ignored files in the tree, plus .device
   python3 - "$PACK" <<'EOF'
 import os, subprocess, sys
 names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True).stdout.split(b"\0")
@@ -77,7 +79,7 @@ EOF
 
 prepare() {
   local ort=${DEVICE_CHECK_ORT:-$PACK/ort-site.tar.xz}
-  [ -f "$ort" ] || die "$ort: no onnxruntime-gpu package for the device; build it (about 9 minutes): bash ../shared/gpu/build_ort_h200.sh /tmp/ort && mkdir -p .device && mv /tmp/ort/ort-1.31.1-h200.tar.xz .device/ort-site.tar.xz"
+  [ -f "$ort" ] || die "$ort: no onnxruntime-gpu package for the GPU host; pack the unpacked $ORT_PIN wheel for the host's Python as $PACK/ort-site.tar.xz, or name it with DEVICE_CHECK_ORT=FILE (docs/runtimes.md, \"An offline GPU host\")"
   [ "$ort" -ef "$PACK/ort-site.tar.xz" ] || { mkdir -p "$PACK" && cp "$ort" "$PACK/ort-site.tar.xz"; }
   export_and_pack
   # results/ out of the traveling tree: skip-worktree on its files (git sparse checkout), nothing deleted from git
@@ -86,9 +88,9 @@ prepare() {
   read -r tree pack < <(traveling_mib)
   say "the call carries ${tree} MiB of tree and ${pack} MiB of $PACK (limit ${LIMIT_MIB} MiB)"
   if python3 -c "import sys; sys.exit(0 if $tree + $pack <= $LIMIT_MIB else 1)"; then
-    say "ready. The one device call (device tool \`run\`):"
-    echo "  command: bash bench/device_check.sh remote    carry: [\"${PACK#"$ROOT"/}\"]    timeout_s: 400  (a warm rerun still fits the 15 minutes)"
-    echo "then: bash bench/device_check.sh collect <the call's files_at folder>   (brings results/ back)"
+    say "ready. The one command on the GPU host, from this tree:"
+    echo "  command: bash bench/device_check.sh remote    carry: [\"${PACK#"$ROOT"/}\"]    time limit: 400 s  (the budget, DEVICE_CHECK_SECONDS, and start-up)"
+    echo "then: bash bench/device_check.sh collect <the folder its \$OUT files came back to>   (brings results/ back)"
   else
     restore >/dev/null
     die "${tree} + ${pack} MiB is over the ${LIMIT_MIB} MiB a call carries (results/ is back): look for large untracked files (git status --short), then run prepare again"
@@ -102,10 +104,10 @@ restore() {
   fi
 }
 
-collect() {  # DIR: the device call's files (device_check.tar.xz, environment.json, device_check.log)
+collect() {  # DIR: the files the host's command wrote into $OUT (device_check.tar.xz, environment.json, device_check.log)
   local from=${1:-} dest=${DEVICE_CHECK_RESULTS:-results/gpu} report_cmd=${DEVICE_CHECK_REPORT:-nox -s report --}
   local harness=${DEVICE_CHECK_HARNESS:-python3 -m harness}
-  [ -n "$from" ] && [ -f "$from/device_check.tar.xz" ] || die "collect DIR: DIR must hold the device call's device_check.tar.xz (got '${from}')"
+  [ -n "$from" ] && [ -f "$from/device_check.tar.xz" ] || die "collect DIR: DIR must hold the GPU host's device_check.tar.xz (got '${from}')"
   [ -n "${DEVICE_CHECK_DRY:-}" ] || restore
   local got
   got=$(mktemp -d)
@@ -161,7 +163,7 @@ remote() {
   BUDGET=${DEVICE_CHECK_SECONDS:-360}
   RESERVE=20  # packing $OUT
   local out=${OUT:-$ROOT/build-device-out} work=${DEVICE_CHECK_WORK:-/tmp/device_check}
-  HOST_PY=${DEVICE_CHECK_PYTHON:-python3}  # the machine's python: torch with CUDA, onnx, numpy (3.12 on the H200)
+  HOST_PY=${DEVICE_CHECK_PYTHON:-python3}  # the host's python: torch with CUDA, onnx, numpy
   mkdir -p "$out" "$work"
   exec > >(tee -a "$out/device_check.log") 2>&1
   local tee_pid=$!

@@ -5,7 +5,7 @@ session settings (``[latency] threads`` intra-op threads, one inter-op
 thread), this alternates two measurements of the same session on the
 ``example`` probe:
 
-- the harness's timing function (:func:`harness.run.backends.base.time_runs`:
+- the harness's timing function (:func:`harness.run.backends.latency.time_runs`:
   warm-up, then windows of ``min_runs`` until the median settles), and
 - a bare loop: ``t = perf_counter(); session.run(None, feeds)`` as many times
   as the harness timed,
@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness.config.matrix import load  # noqa: E402
 from harness.core.records import error_line  # noqa: E402
-from harness.run.backends.base import feeds_for, time_runs  # noqa: E402
+from harness.run.backends.latency import time_runs  # noqa: E402
+from harness.run.backends.loop import feeds_for  # noqa: E402
 from harness.run.backends.onnxruntime import OnnxRuntime  # noqa: E402
 
 # Small to medium graphs of different kinds; the first that exist in the build folder are used.

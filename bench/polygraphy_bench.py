@@ -6,7 +6,7 @@ cell (artifact × probe, onnxruntime CPU) is checked two ways:
 - Polygraphy, the way users run it: one ``polygraphy run model.onnx --onnxrt --load-inputs in.json
   --load-outputs ref.json --atol A --rtol R --check-error-stat elemwise --infinities-compare-equal``
   process per artifact, each probe one iteration of it. ``in.json`` is a list of feed dicts (the
-  graph's inputs by name, as ``harness.run.backends.base.feeds_for`` picks them) and ``ref.json`` a
+  graph's inputs by name, as ``harness.run.backends.loop.feeds_for`` picks them) and ``ref.json`` a
   ``RunResults`` of torch's outputs under the graph's output names, both written with Polygraphy's
   own serializer. A cell passes when the exit status is 0, or else when its iteration's comparison
   logged ``PASSED``: an invocation that dies on one probe keeps the verdicts logged before it, and

@@ -1,8 +1,9 @@
 """PyTorch → ONNX compatibility matrix harness.
 
-The package is split by stage (see README): ``matrix`` (config), ``corpus``
-(gotcha cases), ``export`` (torch env only), ``run`` (runtime env only),
-``compare`` (pure numpy), ``report`` (pandas + tabulate), ``cli``.
+One folder per stage and per shared layer (docs/architecture.md): ``core``, ``config``, ``build``, ``cases``,
+``numeric``, ``pool`` below; the stages ``export`` (torch environment), ``run`` (one runtime's environment) and
+``publish`` (pandas); ``answer`` (recommend, diff) from a published table alone; ``cli`` on top. The rules
+between them are tests (tests/test_architecture.py).
 
 Importing :mod:`harness` imports nothing heavy: the run environments hold only
 onnxruntime and numpy, and must be able to import every module they use.
@@ -10,4 +11,26 @@ onnxruntime and numpy, and must be able to import every module they use.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import tomllib
+from pathlib import Path
+
+
+def _version() -> str:
+    """pyproject.toml's version, the one source: read from the source tree where the package runs from one
+    (an editable install, the noxfile's path), else from the installed distribution's metadata."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        if project["name"] == "harness":
+            return str(project["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("harness")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+__version__ = _version()

@@ -102,7 +102,10 @@ def _all_columns() -> list[str]:
 def parser() -> argparse.ArgumentParser:
     """Every subcommand and its options. (One function, over 60 lines: a flat list of declarations, one block
     per subcommand, read top to bottom; the options two commands share are the helpers above.)"""
+    from harness import __version__
+
     ap = argparse.ArgumentParser(prog="harness", description="PyTorch → ONNX compatibility matrix")
+    ap.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check matrix.toml; print the profiles")
@@ -379,18 +382,19 @@ def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
 
 def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import plan, stamps
+    from harness.build import plan
+    from harness.cases import corpus
 
     results = Path(args.results) if args.results else profile.results(out)
     sources = _corpus(matrix, args)
-    reqs = stamps.requirements_of(matrix, args.with_, sources, _root(args))
+    reqs = corpus.requirements_of(matrix, args.with_, sources, _root(args))
     todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_cases(args), requirements=reqs)
     print("\n".join(todo.lines()))
     return 0
 
 
 def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import stamps
+    from harness.cases import corpus
     from harness.export import stage as export
 
     t0 = time.perf_counter()
@@ -404,7 +408,7 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
         workers=args.workers,
         cases=_cases(args),
         force=args.force,
-        requirements=stamps.requirements_of(matrix, args.with_, sources, _root(args)),
+        requirements=corpus.requirements_of(matrix, args.with_, sources, _root(args)),
         echo_error=_error,
     )
     ok = sum(r.ok for r in records)

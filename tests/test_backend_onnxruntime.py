@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 from harness.core.records import error_line
-from harness.run.backends.base import time_runs
+from harness.run.backends.latency import time_runs
 from harness.run.backends.onnxruntime import placement
 
 IR = (
@@ -86,7 +86,7 @@ def test_the_budget_wins_over_the_window_for_a_slow_model(tmp_path: Path) -> Non
     warmup + 2 windows of them: one warm-up run and MIN_TIMED timed runs, even inside a window."""
     import onnxruntime
 
-    from harness.run.backends.base import MIN_TIMED
+    from harness.run.backends.latency import MIN_TIMED
 
     x = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
     node = onnx.helper.make_node("MatMul", ["a", "b"], ["y"])

@@ -18,12 +18,15 @@ from harness.export.stage import export_all
 from harness.publish import report
 from harness.run.stage import run_runtime
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CORPUS = """
 import time
 import torch
 from harness.cases.corpus import Card, Case, randn, register
+
 
 
 def slow():

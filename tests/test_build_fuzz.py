@@ -34,6 +34,9 @@ from harness.publish import gpu_outputs as gpuref
 from harness.run import envprobe
 from tests.test_cache import CORPUS
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "fuzz"
 

@@ -26,6 +26,8 @@ from harness.core.records import Status
 from harness.export.stage import export_all
 from harness.run.stage import run_runtime
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
 NEWEST = MATRIX.runtime(onnxruntime.__version__)
@@ -322,6 +324,7 @@ import torch
 
 import helpers_mod
 from harness.cases.corpus import Case, randn, register
+
 
 ACT = torch.relu
 DT = torch.float32

@@ -11,6 +11,9 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -162,6 +165,7 @@ def test_unknown_option_is_argparse_usage(flag: str) -> None:
 
 JOB = """
 import argparse, importlib.util, json, os, sys
+
 spec = importlib.util.spec_from_file_location("noxfile", sys.argv[1])
 noxfile = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(noxfile)

@@ -133,6 +133,7 @@ def test_a_reference_timeout_that_is_not_seconds_is_refused(tmp_path: Path) -> N
     assert "--timeout nan: must be within 1..86400 seconds" in line
 
 
+@pytest.mark.e2e  # runs nox itself
 @pytest.mark.parametrize(
     ("args", "said"), [(["--cases", ","], "--cases ',' names no case"), (["--out", "."], "--out '.' is the project's")]
 )

@@ -72,7 +72,7 @@ def test_a_tolerance_that_is_not_a_number_is_refused(fields: dict, pattern: str)
 
 
 def test_the_export_requirements_merge_matrix_toml_the_command_line_and_the_corpus_files(tmp_path: Path) -> None:
-    from harness.build.stamps import requirements_of
+    from harness.cases.corpus import requirements_of
     from harness.config.matrix import load
 
     text = (

@@ -27,6 +27,9 @@ from harness.publish import gpu_outputs as gpuref
 from harness.publish.markdown import _beside_lines
 from harness.run.backends.gpu import nvidia_driver_problem
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "device_check.sh"
 CASES = "argmax_nan,argmax_nan_fixed"

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness.run.stage.backends import tensorrt as trt_backend
 
 from harness.build import cache, layout
 from harness.build.layout import read_shard, shard_path, stamp_path
@@ -33,10 +32,14 @@ from harness.config import runtimes
 from harness.config.matrix import load
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
+from harness.run.backends import tensorrt as trt_backend
 from harness.run.backends.gpu import nvidia_driver_problem
 from harness.run.envprobe import wrong_environment
 from harness.run.stage import run_runtime
 from tests.artifacts import fault_corpus
+
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

@@ -53,3 +53,35 @@ def test_a_run_reported_again_keeps_its_place_in_time(tmp_path: Path) -> None:
     history.record(path, old)
     history.record(path, new)
     assert [e["run"] for e in history.record(path, old | {"cases": 4})] == ["r1", "r2"]
+
+
+def test_a_new_run_that_changed_no_verdict_adds_no_line(tmp_path: Path) -> None:
+    path = tmp_path / history.HISTORY
+    history.record(path, _entry("r1", 10))
+    before = path.read_bytes()
+    again = _entry("r2", 10) | {"date": "2026-12-02 00:00 UTC", "wall_seconds": 99.0}
+    assert [e["run"] for e in history.record(path, again, verdicts_changed=False)] == ["r1"]
+    assert path.read_bytes() == before, "a republish that changed nothing leaves the trend's bytes"
+    assert [e["run"] for e in history.record(path, again, verdicts_changed=True)] == ["r1", "r2"], "a verdict changed"
+    other = _entry("r3", 10) | {"date": "2026-12-03 00:00 UTC", "torch": "2.14.0+cpu"}
+    assert [e["run"] for e in history.record(path, other, verdicts_changed=False)][-1] == "r3", "a new torch is news"
+
+
+def test_a_republish_keeps_the_case_pages_that_say_the_same_date_aside(tmp_path: Path) -> None:
+    from harness.publish import report
+    from harness.publish.staged import Publication
+
+    results = tmp_path / "results"
+    (results / "cases").mkdir(parents=True)
+    (results / "matrix.jsonl").write_text("")
+    page = "# a\n\nsome table\nProfile **default**, generated {} by `nox -s matrix` from the committed code.\n"
+    (results / "cases" / "a.md").write_text(page.format("2026-12-01 00:00 UTC"))
+    (results / "cases" / "b.md").write_text(page.format("2026-12-01 00:00 UTC"))
+    stage = Publication(results, [])
+    stage.folder(results)
+    stage.write_text(results / "matrix.jsonl", "")
+    new = {"a": page.format("2026-12-03 10:00 UTC"), "b": page.replace("some", "another").format("2026-12-03 10:00 UTC")}
+    report._write_case_pages(stage, results, new)
+    stage.commit()
+    assert (results / "cases" / "a.md").read_text() == page.format("2026-12-01 00:00 UTC"), "unchanged: kept, old date"
+    assert (results / "cases" / "b.md").read_text() == new["b"], "changed: written, new date"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime
+import pytest
 
 from harness.build import cache, stamps
 from harness.build.cache import sha256_file as sha256
@@ -27,9 +28,12 @@ from harness.config.matrix import Matrix, load
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.numeric.localize import save_intermediates
 from harness.run import _dispatch as dispatch
-from harness.run.backends.base import CellTask, LatencyTask
+from harness.run.backends.messages import CellTask, LatencyTask
 from harness.run.stage import reusable, run_runtime
 from tests.artifacts import div_folded, fault_corpus, write_manifest
+
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 3
@@ -258,7 +262,14 @@ def test_an_internal_fault_of_the_runtime_at_load_is_charged_only_once_a_fresh_w
 
 def _mismatch(**changes: object) -> tuple[CellRecord, str]:
     rec = ExportRecord("c", "dynamo", 18, ok=True, seconds=0, probes=("example",), sha256="m", reference_sha256="r")
-    key = cache.cell_key(rec.digest, ["onnxruntime==1.32.0"], "cpu", "example", {}, cache.code_digest(stamps.RUN_CODE))
+    key = cache.cell_key(
+        rec.digest,
+        ["onnxruntime==1.32.0"],
+        "cpu",
+        "example",
+        {},
+        stamps.run_code(load(ROOT / "matrix.toml").runtime("onnxruntime==1.32.0")),
+    )
     cell = rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=Status.MISMATCH, stage=Stage.COMPARE, cache_key=key)
     return cell.replace(**changes), key
 

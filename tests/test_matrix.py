@@ -252,6 +252,7 @@ def test_a_profile_can_ask_each_exporter_for_its_own_opsets(tmp_path: Path) -> N
     assert same.profile("default").exports() == [(e, o) for e in ("torchscript", "dynamo") for o in (17, 18)]
 
 
+@pytest.mark.torch
 def test_each_exporter_s_range_is_what_torch_writes(tmp_path: Path) -> None:
     """EXPORTER_OPSETS, which the profiles are checked against, asked of the real exporters (torch 2.13):
     TorchScript writes its last opset as asked and refuses the next; dynamo writes 18 and its last as asked,

@@ -15,11 +15,15 @@ import onnxruntime
 import pytest
 
 from harness.build.layout import read_shard, shard_path
-from harness.cases import claims, corpus
+from harness.cases import corpus
 from harness.config.matrix import Matrix, Profile, load
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.export.stage import export_all
+from harness.publish import claims
 from harness.run.stage import run_runtime
+
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

@@ -32,6 +32,9 @@ from harness.run.stage import run_runtime
 from tests.artifacts import fault_corpus, faults, write_artifact, write_manifest
 from tests.test_isolation import _alive
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
+
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "reliability"
 

@@ -1,8 +1,10 @@
-"""Standalone reproducers (harness.publish.repro): hand-encoded TensorProtos that onnx parses, and scripts
-that rerun each failing cell with onnxruntime and numpy alone, on real models and a real onnxruntime."""
+"""Standalone reproducers (harness.publish.repro): hand-encoded TensorProtos that onnx parses, and one script,
+a module of the package, that reruns each failing cell with onnxruntime and numpy alone, on real models and a
+real onnxruntime."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -22,7 +24,8 @@ from onnx import TensorProto, helper, numpy_helper
 from harness.build.cache import sha256_file
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
-from harness.publish.repro import FAILING, MARKER, ONNX_TYPES, encode_tensor, write_repros
+from harness.publish import repro as repro_package
+from harness.publish.repro import FAILING, MARKER, ONNX_TYPES, SCRIPT, encode_tensor, write_repros
 
 CONSTRAINTS = {"onnxruntime==1.17.3": ("numpy<2",)}
 NEW, OLD = "onnxruntime==1.32.0", "onnxruntime==1.17.3"
@@ -313,7 +316,9 @@ def test_folders_of_failing_artifacts_only(matrix: tuple[Path, Path, list[CellRe
 
     frozen = results / "repro/frozen_batch.torchscript.op13"
     assert sorted(_tree(frozen)) == [
+        "README.txt",
         "model.onnx",
+        "repro.json",
         "repro.py",
         "test_data_set_0/input_0.pb",
         "test_data_set_0/output_0.pb",
@@ -415,21 +420,21 @@ def test_fixed_on_this_runtime_exits_0(matrix: tuple[Path, Path, list[CellRecord
     assert unavailable.returncode == 2 and "UNAVAILABLE" in unavailable.stdout
 
 
-def test_docstring_lists_the_cells_and_install_commands(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
+def test_readme_lists_the_cells_and_install_commands(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
     build, results, cells, exports = matrix
     write_repros(build, results, cells, exports, CONSTRAINTS)
     div = _load(results / "repro/floor_div.dynamo.op17/repro.py")
-    doc = div.__doc__
+    doc = (results / "repro/floor_div.dynamo.op17/README.txt").read_text(encoding="utf-8")
     assert MARKER in doc
     assert "Probes (test_data_set_0, 1, ...): example, negative." in doc
-    assert 'Gotcha: a // b of negatives; """quotes""" \\d' in doc  # escaped in the source, intact in the docstring
+    assert 'Gotcha: a // b of negatives; """quotes""" \\d' in doc  # intact in README.txt
     assert "- onnxruntime==1.17.3, onnxruntime==1.32.0 (cpu), probe negative: mismatch: 2/3 elements differ, max abs 1" in doc
     assert "    localization: first diverging node /Div (Div)" in doc
     assert "    optimizer: fails with graph optimizations disabled too" in doc
     assert '    pip install "onnxruntime==1.17.3" "numpy<2"\n    python repro.py\n' in doc
     assert '    pip install "onnxruntime==1.32.0" "numpy"\n    python repro.py\n' in doc  # the script imports numpy
     assert (div.ATOL, div.RTOL, div.ARTIFACT) == (0.0, 0.0, "floor_div.dynamo.op17")
-    ident = _load(results / "repro/identity_all.dynamo.op17/repro.py").__doc__
+    ident = (results / "repro/identity_all.dynamo.op17/README.txt").read_text(encoding="utf-8")
     assert "- onnxruntime==1.17.3 (cpu), probe again: crash: crash on again" in ident
     assert "optimizer: passes with graph optimizations disabled (the optimizer is to blame)" in ident
     assert "onnxruntime==1.32.0" not in ident  # it passed there: not a failing cell
@@ -449,7 +454,7 @@ def test_gpu_cells_reproduce_with_their_provider_and_native_tensorrt_with_polygr
     ]
     write_repros(build, results, cells, [frozen], {})
     script = results / "repro/frozen_batch.torchscript.op13/repro.py"
-    doc = _load(script).__doc__
+    doc = (script.parent / "README.txt").read_text(encoding="utf-8")
     assert '    pip install "onnxruntime-gpu==1.31.1" "numpy"\n    python repro.py --provider tensorrt-fp16\n' in doc
     assert (
         '    pip install "tensorrt==10.13.3.9" "polygraphy"\n    polygraphy run model.onnx --trt --fp16'
@@ -460,15 +465,48 @@ def test_gpu_cells_reproduce_with_their_provider_and_native_tensorrt_with_polygr
     assert proc.returncode == 2 and "UNAVAILABLE: TensorrtExecutionProvider is not in this onnxruntime" in proc.stdout
 
 
-def test_scripts_are_one_template(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
-    """Beyond the docstring and the constants, every repro.py is the same text."""
+def test_scripts_are_one_module(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:
+    """Every repro.py is harness/publish/repro/_script.py byte for byte: what differs per folder is in repro.json
+    and README.txt beside it."""
     build, results, cells, exports = matrix
     write_repros(build, results, cells, exports, CONSTRAINTS)
-    bodies = set()
-    for script in sorted((results / "repro").glob("*/repro.py")):
-        body = script.read_text(encoding="utf-8").split('\n"""\n', 1)[1]
-        bodies.add("\n".join(ln for ln in body.splitlines() if not ln.startswith(("ARTIFACT = ", "ATOL = ", "RTOL = "))))
-    assert len(bodies) == 1
+    module = Path(repro_package.__file__).parent / "_script.py"
+    scripts = sorted((results / "repro").glob("*/repro.py"))
+    assert len(scripts) == 4
+    assert {p.read_bytes() for p in scripts} == {SCRIPT} == {module.read_bytes()}
+    assert all(os.access(p, os.X_OK) for p in scripts)
+    assert MARKER in SCRIPT.decode("utf-8")
+    params = json.loads((results / "repro/floor_div.dynamo.op17/repro.json").read_text(encoding="utf-8"))
+    assert (params["artifact"], params["atol"], params["rtol"], params["scaled"]) == ("floor_div.dynamo.op17", 0.0, 0.0, None)
+
+
+def test_the_script_is_a_checked_module_of_the_package() -> None:
+    """ruff and mypy check harness/, so they check the script; it imports nothing of the harness, and out of a
+    reproducer folder (no repro.json beside it) it runs nothing and says so, exit 2."""
+    from harness.publish.repro import _script
+
+    module = Path(_script.__file__)
+    assert module.read_bytes() == SCRIPT and module.is_relative_to(Path(repro_package.__file__).parent)
+    assert "harness" not in {name.split(".")[0] for name in _imports(SCRIPT.decode("utf-8"))}
+    assert (_script.ARTIFACT, _script.PROVIDERS, _script.main()) == ("", {}, 2)
+    bin_dir = str(Path(sys.executable).parent)
+    for tool, args in (("ruff", ["check", "--show-files", str(module.parent.parent.parent)]), ("mypy", [str(module)])):
+        found = shutil.which(tool) or shutil.which(tool, path=bin_dir)
+        if found is None:
+            continue
+        proc = subprocess.run([found, *args], capture_output=True, text=True, cwd=module.parents[3], timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert tool == "mypy" or str(module) in proc.stdout.splitlines()
+
+
+def _imports(source: str) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
 
 
 def test_generated_script_is_ruff_clean(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:

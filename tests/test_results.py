@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import claims, corpus
+from harness.cases import corpus
 from harness.config.matrix import load, version_tuple
 from harness.core.records import CellRecord, Status
+from harness.publish import claims
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

@@ -27,7 +27,6 @@ def test_every_kind_is_whole_and_told_apart() -> None:
         module, _, cls = k.backend.partition(":")
         path = ROOT / (module.replace(".", "/") + ".py")
         assert cls in {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}, k.backend
-        assert all((ROOT / "harness" / f).is_file() for f in k.code), k.code
         assert runtimes.by_prefix(k.id_prefix) is k
     assert {k.package for k in runtimes.KINDS} == {rt.package for rt in MATRIX.runtimes}  # each kind is declared in matrix.toml
 

@@ -28,6 +28,8 @@ from tests.artifacts import fault_corpus
 from tests.test_cache import NEWEST, _export, _plan, user_corpus  # noqa: F401 (the fixture)
 from tests.test_reliability import PROFILE, ROOT, _holder, _matrix, _one_line, _published, _report, _run
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 
 def _forge(shard: Path, status: str, to: str) -> str:
     """Turn the first ``status`` line of ``shard`` into ``to`` with its own checksum recomputed (the line holds,

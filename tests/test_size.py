@@ -26,11 +26,14 @@ from harness.publish.repro import ZEROS
 from harness.run.stage import run_runtime
 from tests.artifacts import write_artifact, write_manifest
 
+pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
+
 ROOT = Path(__file__).resolve().parent.parent
 
 WIDE = """
 import torch
 from harness.cases.corpus import Case, randn, register, seeded
+
 
 
 class Wide(torch.nn.Module):
@@ -189,4 +192,4 @@ def test_a_model_only_refused_at_load_is_reproduced_without_its_weights(tmp_path
     assert (repro / "model.onnx").stat().st_size < 1024 < (out / "artifacts" / rec.key.id / "model.onnx").stat().st_size
     proc = subprocess.run([sys.executable, str(repro / "repro.py")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout.splitlines()[1].startswith("LOAD-FAIL:") and "NoSuchOp" in proc.stdout
-    assert "Weights: zeros (weights.zeros, a sparse file)" in (repro / "repro.py").read_text()
+    assert "Weights: zeros (weights.zeros, a sparse file)" in (repro / "README.txt").read_text()

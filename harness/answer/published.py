@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.build import lock
 from harness.config import runtimes
+from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
@@ -221,7 +222,7 @@ def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = N
             if runtime is not None and (m := _RUNTIME.search(line)) and m.group(1) != runtime:
                 continue
             try:
-                cell = CellRecord.from_dict(json.loads(line))
+                cell = schema.record(json.loads(line))
             except (ValueError, KeyError, TypeError) as exc:
                 raise HarnessError(
                     f"{p}:{n}: not a cell record ({type(exc).__name__}: {exc}); "
@@ -231,6 +232,20 @@ def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = N
     if not cells:
         raise HarnessError(f"{p}: holds no cells; rerun `nox -s matrix` (or the `run` and `report` sessions)")
     return spread_wide(cells.values()) if spread else list(cells.values())
+
+
+def read_verdicts(table: str | Path) -> dict[str, str] | None:
+    """Each cell's status in a published ``matrix.jsonl`` (cell key → status) without building its cells: what a
+    republish compares its own with; None where there is no readable table."""
+    try:
+        with open(table, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return {
+            "|".join((r["case"], r["exporter"], f"op{r['opset']}", r["runtime"], r["provider"], r["probe"])): r["status"]
+            for r in rows
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 Slot = tuple[str, str, int, str]

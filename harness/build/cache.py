@@ -5,12 +5,12 @@ Three things are keyed by the content they depend on, never by a timestamp:
 - **An export** (:func:`export_key`): the case's source (:func:`case_digest`: the code of the model,
   its inputs and probes and everything they reach in the user's files), the torch / onnx /
   onnxscript / reference-runtime versions, the exporter, the opset and the export settings, and the
-  harness code that exports (:data:`EXPORT_CODE`). Its files live in :class:`ExportStore`, one folder
+  harness code that exports (:func:`harness.build.code.export_files`). Its files live in :class:`ExportStore`, one folder
   per key, each file's SHA-256 recorded beside them and checked on every use; ``build/artifacts/<id>/``
   is a view of hard links into it.
 - **A cell** (:func:`cell_key`): the artifact's digest (model, references, probes, tolerance), the
   runtime's requirements, the provider, the probe, the run settings (timeout, latency protocol) and
-  the harness code that runs cells (:data:`RUN_CODE`). Each shard line carries its key and a checksum
+  the harness code that runs cells (:func:`harness.build.code.run_files`). Each shard line carries its key and a checksum
   (:func:`seal`); a line whose checksum fails is redone, not trusted.
 - **A stage** (:func:`stamp_inputs`, :mod:`harness.build.plan`): what the stage read last time (files and
   their hashes, settings, the environment's package listing) so ``nox -s matrix`` can tell, without
@@ -115,7 +115,7 @@ def source_digest(path: Path) -> str:
 
 def export_key(case_source: str, artifact: str, exporter: str, opset: int, settings: Mapping[str, Any], code: str) -> str:
     """The content address of one export (``settings`` holds the versions and the export settings, ``code`` the
-    digest of the harness code that exports: :data:`harness.build.stamps.EXPORT_CODE`)."""
+    digest of the harness code that exports: :func:`harness.build.stamps.export_code`)."""
     return digest("export", case_source, artifact, exporter, opset, dict(settings), code)
 
 

@@ -33,9 +33,15 @@ if TYPE_CHECKING:
 FOLDER = "frontier"
 INDEX = "index.json"
 PUBLISHED = "frontier.json"  # beside matrix.jsonl: {pin: result}
-CODE = ("build/frontier.py",)  # its digest is in the index: changed code writes (and so measures) again
 FIRST_IR = 3  # the oldest IR version onnxruntime 1.15 reads; opset_import needs IR 3
 FIRST_OPSET = 7  # Add's schema 7: broadcasting; no runtime of the matrix refuses it
+
+
+def _code() -> str:
+    """The digest of what this module runs: in the index, so changed code writes (and so measures) again."""
+    from harness.build import code
+
+    return code.digest(code.files(__name__))
 
 
 def models_dir(out: Path) -> Path:
@@ -55,7 +61,7 @@ def write_models(out: Path) -> dict[str, Any]:
     folder = models_dir(out)
     index_path = folder / INDEX
     old = cache.read_json(index_path)
-    code = cache.code_digest(CODE)
+    code = _code()
     if isinstance(old, dict) and (old.get("onnx"), old.get("code")) == (onnx.__version__, code) and _files_intact(folder, old):
         return old
     folder.mkdir(parents=True, exist_ok=True)
@@ -93,7 +99,7 @@ def models_missing(out: Path) -> str | None:
     index = cache.read_json(folder / INDEX)
     if not isinstance(index, dict) or not _files_intact(folder, index):
         return f"the runtimes' frontier models are not written ({folder})"
-    if index.get("code") != cache.code_digest(CODE):
+    if index.get("code") != _code():
         return f"the runtimes' frontier models were written by other code ({folder})"
     return None
 

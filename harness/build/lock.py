@@ -4,7 +4,7 @@ Two runs writing one build folder at once tear each other's files (an export's t
 removed under the other, a report holding only the other run's cases). Every stage that writes
 takes the folder's lock first; a second writer is refused at once with one line naming the holder.
 
-The lock is ``fcntl.flock`` on ``<folder>/.harness.build.lock``: the kernel releases it when its holder
+The lock is ``fcntl.flock`` on ``<folder>/.harness.lock``: the kernel releases it when its holder
 dies, however it dies, so a lock left by a killed run is never in the way (the next writer takes it
 over and says so). The file's content only tells who holds it: PID, start time, command.
 
@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from harness.core.errors import HarnessError
 
-NAME = ".harness.build.lock"
+NAME = ".harness.lock"
 STAGE = ".harness.stage.lock"
 TOKEN_ENV = "HARNESS_LOCKS"
 """``folder=token`` pairs, ``os.pathsep``-separated: the locks the process that started this one holds for it."""

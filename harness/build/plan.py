@@ -82,7 +82,7 @@ def plan(
     requirements: Sequence[str] = (),
 ) -> Plan:
     """What ``nox -s matrix`` must run for ``profile``; ``requirements`` are what the export environment
-    is given beyond its pins (:func:`harness.build.stamps.requirements_of`)."""
+    is given beyond its pins (:func:`harness.cases.corpus.requirements_of`)."""
     if force:
         return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
     stamp = cache.read_json(out / layout.EXPORT_STAMP)
@@ -196,3 +196,4 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         if not same:
             return f"{path} differs from what the report wrote"
     return None
+

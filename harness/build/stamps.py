@@ -13,39 +13,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.build import cache, layout, lock
+from harness.build import cache, code, layout, lock
 from harness.config import runtimes
 
 if TYPE_CHECKING:
     from harness.config.matrix import Matrix, Profile, Runtime
-
-EXPORT_CODE = (
-    "export/stage.py",
-    "export/_exporters.py",
-    "cases/corpus.py",
-    "numeric/localize.py",
-    "export/node_values.py",
-    "core/onnxfile.py",
-    "core/records.py",
-    "numeric/compare.py",
-    "build/cache.py",
-    "cases/source.py",
-    "build/layout.py",
-)
-"""Harness code an artifact's files depend on: a change to what any of it does exports again."""
-
-RUN_CODE = (
-    "run/stage.py",
-    "run/_dispatch.py",
-    "core/records.py",
-    "numeric/compare.py",
-    "numeric/localize.py",
-    "build/layout.py",
-    "run/backends/base.py",
-    "run/backends/gpu.py",
-)
-"""Harness code every cell's verdict depends on; each runtime kind adds its backend's (:attr:`Kind.code`)."""
-
 
 # The export ---------------------------------------------------------------------------------------------
 
@@ -74,17 +46,6 @@ def reference_requirements(matrix: Matrix) -> list[str]:
     """What the export environment installs for its reference runtime (the declared runtime's constraints too)."""
     pin = f"{runtimes.REFERENCE}=={matrix.export.onnxruntime}"
     return next((list(rt.requirements) for rt in matrix.runtimes if rt.pin == pin), [pin])
-
-
-def requirements_of(matrix: Matrix, extra: Sequence[str], corpus: Sequence[str], root: Path) -> list[str]:
-    """What the export environment installs beyond the pins: ``[export] requirements``, then ``--with``,
-    then what each corpus file declares (``REQUIREMENTS = [...]``), each once."""
-    from harness.cases.corpus import declared_requirements
-    from harness.config.matrix import parse_requirements
-
-    declared = [r for source in corpus for r in declared_requirements(source, root)]
-    given = parse_requirements("--with", list(extra))
-    return list(dict.fromkeys([*matrix.export.requirements, *given, *declared]))
 
 
 def export_inputs(
@@ -120,8 +81,14 @@ def run_settings(matrix: Matrix, column: str, runtime: Runtime) -> dict[str, Any
 
 
 def run_code(runtime: Runtime) -> str:
-    """The digest of the code that runs ``runtime``'s cells (:data:`RUN_CODE` and its backend's files)."""
-    return cache.code_digest((*RUN_CODE, *runtime.kind.code))
+    """The digest of the code that runs ``runtime``'s cells: what the run stage and its kind's backend import
+    (:func:`harness.build.code.run_files`)."""
+    return code.digest(code.run_files(runtime.kind.backend))
+
+
+def export_code() -> str:
+    """The digest of the code that exports: what the export stage imports (:func:`harness.build.code.export_files`)."""
+    return code.digest(code.export_files())
 
 
 def shard_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matrix, runtime: Runtime, column: str) -> str:

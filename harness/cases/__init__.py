@@ -1,4 +1,4 @@
-"""The gotcha corpus: loading cases (the project's and a user's), their sources' digests, their claims.
+"""The gotcha corpus: loading cases (the project's and a user's), and their sources' digests.
 
 A corpus file writes its cases with what this package exports: ``from harness.cases import Case, register``.
 """

@@ -28,14 +28,16 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.core.errors import HarnessError
+from harness.core.errors import PROBE_FILE_ERROR, HarnessError
 
 if TYPE_CHECKING:
     import torch
+
+    from harness.config.matrix import Matrix
 
 EXPORTERS = ("torchscript", "dynamo")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
@@ -193,8 +195,6 @@ class Case:
         raise HarnessError(f"{path}: case {self.name!r}: probe files must be .npz or .npy")
 
 
-PROBE_FILE_ERROR = "ProbeFileError"
-"""How a probe whose file could not be used is named in an export record's ``probe_errors``."""
 
 
 class Registry:
@@ -511,3 +511,13 @@ def randint(low: int, high: int, *shape: int, seed: int = 0, dtype: Any = None) 
         dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, shape, generator=gen, dtype=dtype or torch.int64)
+
+
+def requirements_of(matrix: Matrix, extra: Sequence[str], corpus: Sequence[str], root: Path) -> list[str]:
+    """What the export environment installs beyond the pins: ``[export] requirements``, then ``--with``,
+    then what each corpus file declares (``REQUIREMENTS = [...]``), each once."""
+    from harness.config.matrix import parse_requirements
+
+    declared = [r for source in corpus for r in declared_requirements(source, root)]
+    given = parse_requirements("--with", list(extra))
+    return list(dict.fromkeys([*matrix.export.requirements, *given, *declared]))

@@ -80,14 +80,12 @@ class Kind:
     providers: tuple[str, ...]
     """The providers it can run, in column order."""
     backend: str
-    """``module:Class`` of the :class:`harness.run.backends.base.Backend` that runs its cells."""
+    """``module:Class`` of the :class:`harness.run.backends.contract.Backend` that runs its cells."""
     releases: tuple[str, ...]
     """Releases with a CPython 3.11 wheel (``pip index versions``); a pin outside them is refused with
     the nearest. A newer release is added here, and to matrix.toml's runtimes, when it appears."""
     version_key: str = "onnxruntime"
     """The environment fact (:meth:`Backend.environment`) that holds its version."""
-    code: tuple[str, ...] = ("run/backends/onnxruntime.py",)
-    """Its backend's files: their code enters its cells' keys, with the run stage's shared code."""
     gpu: bool = False
     """It runs on an NVIDIA GPU: matrix.toml records the CUDA major it needs, the nightly runs it on a
     GPU runner, and its ``gpu_requirements`` are installed only where a driver is."""
@@ -212,7 +210,6 @@ KINDS: tuple[Kind, ...] = (
         "harness.run.backends.tensorrt:TensorRT",
         _TRT,
         version_key="tensorrt",
-        code=("run/backends/tensorrt.py",),
         gpu=True,
         bare=True,
         frontier=False,

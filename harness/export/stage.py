@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.build import cache, frontier, layout, stamps
+from harness.build import code as code_files
 from harness.cases import corpus as corpus_mod
 from harness.cases.source import case_digest
 from harness.config.matrix import Matrix, Profile
@@ -161,7 +162,7 @@ def export_all(
 
     An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
     store (every file's hash checked); ``force`` exports everything again. ``requirements`` are what the
-    environment was given beyond the pins (:func:`harness.build.stamps.requirements_of`): part of every key.
+    environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
 
     Raises:
         HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
@@ -224,7 +225,7 @@ class _Job:
         # The case's source: importing what its factories build (torch, in this environment) is part of it.
         self.watched: set[str] = set()
         self.sources = {name: case_digest(registry[name], self.watched) for name in dict.fromkeys(k.case for k in keys)}
-        code = cache.code_digest(stamps.EXPORT_CODE)
+        code = stamps.export_code()
         self.address = {k.id: cache.export_key(self.sources[k.case], k.id, k.exporter, k.opset, key_settings, code) for k in keys}
         self.records: dict[str, ExportRecord] = {}
 
@@ -417,7 +418,7 @@ class _Stamp:
         """What this export read (files, settings, environment) and wrote, for :mod:`harness.build.plan`. It is
         ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
         extra = [str(corpus_mod.source_file(c, self.root)) for c in self.corpus]
-        extra += [str(cache.PACKAGE / n) for n in stamps.EXPORT_CODE] + sorted(watched)
+        extra += [str(cache.PACKAGE / n) for n in code_files.export_files()] + sorted(watched)
         globs = []
         for case in registry:
             extra += [str(p) for p in cache.probe_files(case)]

@@ -2,8 +2,9 @@
 
 A run is identified by the files it produced (the export manifest and every
 shard, whose cells carry their own timings): reporting the same run again
-replaces its line instead of adding one, and any new run adds one. Standard
-library only.
+replaces its line instead of adding one, and a new run adds one unless it
+changed no verdict and its line would say what the last one says (the trend
+shows change, not how often the table was republished). Standard library only.
 """
 
 from __future__ import annotations
@@ -82,16 +83,39 @@ def read(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def merged(path: Path, entry: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str]:
-    """The history with ``entry`` added (replacing the entry of the same run), oldest run first, and its text."""
-    entries = [e for e in read(path) if e.get("run") != entry["run"]] + [finite(dict(entry))]
+def merged(path: Path, entry: Mapping[str, Any], *, verdicts_changed: bool = True) -> tuple[list[dict[str, Any]], str]:
+    """The history with ``entry`` added (replacing the entry of the same run), oldest run first, and its text. A new
+    run whose verdicts did not change (``verdicts_changed`` False) and whose line says what the last line says, its
+    run, date and wall time aside, adds nothing: the history stays as it was."""
+    entries = read(path)
+    known = any(e.get("run") == entry["run"] for e in entries)
+    if not known and not verdicts_changed and entries and same(entries[-1], entry):
+        return entries, _text(entries)
+    entries = [e for e in entries if e.get("run") != entry["run"]] + [finite(dict(entry))]
     entries.sort(key=lambda e: str(e.get("date") or ""))  # stable: runs of the same minute keep their order
-    return entries, "".join(json.dumps(e, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for e in entries)
+    return entries, _text(entries)
 
 
-def record(path: Path, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+_OF_THE_RUN = ("run", "date", "wall_seconds")
+"""What every run says differently, whatever it found."""
+
+
+def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two history lines say the same thing (versions, runtimes, counts), the run's id, date and wall aside."""
+    return _said(a) == _said(finite(dict(b)))
+
+
+def _said(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in _OF_THE_RUN}
+
+
+def _text(entries: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(e, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for e in entries)
+
+
+def record(path: Path, entry: Mapping[str, Any], *, verdicts_changed: bool = True) -> list[dict[str, Any]]:
     """Add ``entry`` (:func:`merged`), written atomically, and return the whole history."""
-    entries, text = merged(path, entry)
+    entries, text = merged(path, entry, verdicts_changed=verdicts_changed)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -19,11 +19,12 @@ from tabulate import tabulate
 from harness.answer import recommend
 from harness.answer.published import runtime_key, shorten
 from harness.build import layout
-from harness.cases import claims
-from harness.cases.corpus import PROBE_FILE_ERROR
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
+from harness.core import schema
+from harness.core.errors import PROBE_FILE_ERROR
 from harness.core.records import CellRecord, ExportRecord, Rewrite, Status
+from harness.publish import claims
 
 _CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.cases.corpus registers a case
 
@@ -133,7 +134,7 @@ class Readme:
     """What ``results/README.md`` says, as the report gathered it."""
 
     df: pd.DataFrame
-    """Every cell, one row each (:func:`harness.publish.report._row`), with its table ``column``."""
+    """Every cell, one row each (:func:`harness.core.schema.row`), with its table ``column``."""
     exports: list[ExportRecord]
     env: dict[str, Any]
     """``environment.json``."""
@@ -640,26 +641,23 @@ def _failing_lines(df: pd.DataFrame) -> list[str]:
         "*repro* is a standalone reproducer (onnxruntime + numpy):",
         "",
     ]
-    keys = ["exporter", "opset", "status", "error_line", "localization", "optimizer", "repro"]
+    shown = schema.failing_columns()
+    keys = ["exporter", "opset", "status", *(f.name for f in shown)]
     rows = []
-    for (exporter, opset, status, error, where, optimizer, repro), g in failing.groupby(keys, sort=True):
+    for (exporter, opset, status, *values), g in failing.groupby(keys, sort=True):
         probes = ",".join(sorted(set(g["probe"])))
         runtimes = ", ".join(runtime_order(g["column"]))
-        rows.append(
-            [
-                exporter,
-                opset,
-                f"{Status(status).symbol} {status}",
-                _md_escape(probes),
-                runtimes,
-                _md_escape(error[:240]),
-                _md_escape(where[:300]),
-                optimizer,
-                f"[repro](../{repro}/repro.py)" if repro else "",
-            ]
-        )
-    headers = ["exporter", "opset", "status", "probes", "runtimes", "first error line", "starts at", "optimizer", "repro"]
+        row = [exporter, opset, f"{Status(status).symbol} {status}", _md_escape(probes), runtimes]
+        rows.append(row + [_column_text(f.column, v) for f, v in zip(shown, values, strict=True) if f.column is not None])
+    headers = ["exporter", "opset", "status", "probes", "runtimes", *(f.column.header for f in shown if f.column is not None)]
     return [*lines, tabulate(rows, headers=headers, tablefmt="github"), ""]
+
+
+def _column_text(column: schema.Column, value: Any) -> str:
+    """A schema field's value in the failing-cells table: a link to the file in its folder, or escaped text cut short."""
+    if column.link:
+        return f"[{column.header}](../{value}/{column.link})" if value else ""
+    return _md_escape(str(value)[: column.cut])
 
 
 def _latency_lines(df: pd.DataFrame, columns: list[str]) -> list[str]:

@@ -21,10 +21,14 @@ from harness.answer.published import column_label, runtime_order
 from harness.answer.recommend import Answer
 from harness.build.frontier import describe
 from harness.config import runtimes
+from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Status
 
 TEMPLATE = Path(__file__).with_name("page.html")
 _TOKEN = "__HARNESS_DATA__"
+_MORE = "__HARNESS_MORE_DETAILS__"
+"""Where the template's list of a cell's details ends: the schema's details the script does not lay out itself
+(:func:`harness.core.schema.page_rows`) are listed there, label and value."""
 # The README's emoji need an emoji font; the page keeps to characters every text font has.
 _SYMBOLS = {Status.PASS: "✓", Status.CRASH: "✗", Status.TIMEOUT: "∞"}
 
@@ -44,40 +48,6 @@ class _Interned:
             self._index[key] = len(self.values)
             self.values.append(value)
         return self._index[key]
-
-
-def _detail(c: CellRecord) -> dict[str, Any]:
-    """What a cell says beyond its status (shared verbatim by many cells: stored once)."""
-    data: dict[str, Any] = {}
-    if c.error_class:
-        data["class"] = c.error_class
-    if c.error_line:
-        data["error"] = c.error_line
-    if c.localization:
-        data["starts_at"] = c.localization
-    if c.optimizer is not None:
-        data["optimizer"] = "yes: passes with graph optimizations disabled" if c.optimizer else "no: fails with them disabled too"
-    if c.note:
-        data["note"] = c.note
-    if c.diff is not None:
-        d = c.diff
-        diff: dict[str, Any] = {"max_abs": d.max_abs, "max_rel": d.max_rel, "mismatched": d.mismatched, "total": d.total}
-        diff.update(
-            {
-                k: v
-                for k, v in (("nan_ref", d.nan_ref), ("nan_out", d.nan_out), ("inf_ref", d.inf_ref), ("inf_out", d.inf_out))
-                if v
-            }
-        )
-        if d.shape_mismatch:
-            diff["shape_mismatch"] = d.shape_mismatch
-        for key in ("scaled_error", "scaled_output", "scaled_limit"):
-            if getattr(d, key) is not None:
-                diff[key] = getattr(d, key)
-        data["diff"] = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in diff.items()}
-    if c.providers_used:
-        data["providers"] = ", ".join(c.providers_used)
-    return data
 
 
 _CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file")
@@ -205,9 +175,8 @@ def _pack(
             continue
         lat = c.latency
         latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
-        packed.append(
-            [row, col_index[(c.runtime, c.provider)], strings(c.probe), status_index[c.status], details(_detail(c)), latency]
-        )
+        column = col_index[(c.runtime, c.provider)]
+        packed.append([row, column, strings(c.probe), status_index[c.status], details(schema.detail(c)), latency])
     return packed
 
 
@@ -216,7 +185,15 @@ def render(payload: Mapping[str, Any]) -> str:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    template = TEMPLATE.read_text(encoding="utf-8")
+    template = _template()
     head, sep, tail = template.partition(_TOKEN)
     assert sep, f"{TEMPLATE} lost its {_TOKEN} placeholder"
     return head + text + tail
+
+
+def _template() -> str:
+    """The page's template with the cell details it does not lay out itself added to its list of details."""
+    template = TEMPLATE.read_text(encoding="utf-8")
+    assert _MORE in template, f"{TEMPLATE} lost its {_MORE} placeholder"
+    more = "".join(f", [{json.dumps(label)}, d[{json.dumps(key)}]]" for key, label in schema.page_rows(template))
+    return template.replace(_MORE, more)

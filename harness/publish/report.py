@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from harness.answer.published import CASES, REWRITES, column_label, group_by, pu
 from harness.build import cache, frontier, layout, lock, stamps
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
+from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Status, by_written_opset, spread
 from harness.publish import gpu_outputs as gpuref
@@ -174,7 +176,8 @@ def _build(
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
     repros = write_repros(out, results, cells, exports, constraints, stage)
-    _write_lines(stage, results / "matrix.jsonl", (_published(c, repros) for c in sorted(raw, key=lambda c: c.key)))
+    ctx = _context(repros)
+    _write_lines(stage, results / "matrix.jsonl", (schema.published(c, ctx) for c in sorted(raw, key=lambda c: c.key)))
     cards = _cards(exports)
     stage.write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     stage.write_text(results / REWRITES, json.dumps([dataclasses.asdict(w) for w in rewrites], indent=1) + "\n")
@@ -183,11 +186,11 @@ def _build(
     environment = _environment(out, results, raw, profile, manifest, runs, wall, len(cells), len(repros), problems)
     stage.write_text(results / "environment.json", json.dumps(environment, indent=1, sort_keys=True) + "\n")
 
-    df = pd.DataFrame([_row(c, repros) for c in cells])
+    df = pd.DataFrame([schema.row(c, ctx) for c in cells])
     providers = df["provider"].nunique()
     df["column"] = [_column(c, providers) for c in cells]
     counts = df["status"].value_counts().to_dict()
-    trend = _history(stage, results, profile, df, environment, counts, runs, partial=bool(problems))
+    trend = _history(stage, results, profile, raw, df, environment, counts, runs, partial=bool(problems))
     folded = _fold_cases(df)
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
     figures = _plots(stage, results, folded, markdown.runtime_order(df["column"]), names, _runtime_axis(profile))
@@ -272,11 +275,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _history(
-    stage: Publication, results: Path, profile: Profile, df: pd.DataFrame, environment: Mapping[str, Any], counts: dict[str, int],
-    runs: list[Path], *, partial: bool,
+    stage: Publication, results: Path, profile: Profile, raw: list[CellRecord], df: pd.DataFrame,
+    environment: Mapping[str, Any], counts: dict[str, int], runs: list[Path], *, partial: bool,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """This run's line in ``history.jsonl`` (not a partial report's: the trend stays the runs', carried over as it
-    is), and the trend."""
+    is; nor a new run's that changed no verdict of the table it replaces and says what the last line says), and
+    the trend."""
     if partial:
         with contextlib.suppress(FileNotFoundError):
             stage.write_bytes(results / history.HISTORY, (results / history.HISTORY).read_bytes())
@@ -289,7 +293,9 @@ def _history(
         cases=df["case"].nunique(),
         runtimes=[rt.pin for rt in profile.runtimes if rt.pin in set(df["runtime"])],
     )
-    trend, text = history.merged(results / history.HISTORY, entry)
+    before = published.read_verdicts(results / "matrix.jsonl")
+    changed = before != {c.key: c.status.value for c in raw}
+    trend, text = history.merged(results / history.HISTORY, entry, verdicts_changed=changed)
     stage.write_text(results / history.HISTORY, text)
     return trend
 
@@ -398,88 +404,13 @@ def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[
     return lines
 
 
-def _published(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
-    """A cell as published: one line of what a reader needs, without what changes on every run or
-    lives elsewhere. The full error message, the environment and the digests stay in the shard
-    (build/shards); the environment is published once per runtime in environment.json; the error
-    reproduces with the cell's reproducer (``repro``)."""
-    data: dict[str, Any] = {**_where(c), "status": c.status.value, "stage": c.stage.value}
-    optional = {
-        "opset_actual": c.opset_actual,
-        "opset_asked": c.opset_asked,
-        "ir_version": c.ir_version,
-        "error_class": c.error_class,
-        "error_line": c.error_line,
-        "localization": c.localization,
-        "optimizer": c.optimizer,
-        "note": c.note,
-        "providers_used": list(c.providers_used),
-        "placement": c.placement,
-        "engine": c.engine,
-        "diff": _compact_diff(c),
-        "latency": _compact_latency(c),
-        "repro": _repro(c, repros),
-    }
-    data.update({k: v for k, v in optional.items() if v not in (None, [], {})})
-    if runtimes.provider(c.provider).nvidia:  # every GPU cell names the GPU it ran on
-        data["gpu"] = c.env.get("gpu") or "?"
-    if c.error_class != "EnvironmentError":
-        return data
-    data["error"] = c.error  # a broken environment is one record: keep its whole diagnosis
-    return data
-
-
-def _repro(c: CellRecord, repros: dict[str, str]) -> str | None:
-    """The reproducer folder of a failing cell (relative to results/)."""
-    return repros.get(c.artifact.id) if c.status in FAILING else None
-
-
-def _sig(x: float | None) -> float | None:
-    return None if x is None else float(f"{x:.4g}")
-
-
-def _compact_diff(c: CellRecord) -> dict[str, Any] | None:
-    if c.diff is None:
-        return None
-    d = c.diff
-    data: dict[str, Any] = {"max_abs": _sig(d.max_abs), "max_rel": _sig(d.max_rel), "mismatched": d.mismatched, "total": d.total}
-    extra = {"nan_ref": d.nan_ref, "nan_out": d.nan_out, "inf_ref": d.inf_ref, "inf_out": d.inf_out}
-    data.update({k: v for k, v in extra.items() if v})
-    if d.scaled_error is not None:  # the error in units of the output's own scale, and the bound it had
-        data["scaled_error"] = _sig(d.scaled_error)
-        data.update({k: v for k, v in (("scaled_output", d.scaled_output), ("scaled_limit", d.scaled_limit)) if v is not None})
-    if d.shape_mismatch:
-        data["shape_mismatch"] = d.shape_mismatch
-    return data
-
-
-def _compact_latency(c: CellRecord) -> dict[str, Any] | None:
-    if c.latency is None:
-        return None
-    data = c.latency.to_dict()
-    for k in ("median_ms", "p90_ms", "session_ms"):
-        data[k] = _sig(data[k])
-    return data
-
-
-def _where(c: CellRecord) -> dict[str, Any]:
-    """The fields of a cell's key."""
-    return {k: getattr(c, k) for k in ("case", "exporter", "opset", "runtime", "provider", "probe")}
-
-
-def _row(c: CellRecord, repros: dict[str, str]) -> dict[str, Any]:
-    return {
-        **_where(c),
-        "status": c.status.value,
-        "error_class": c.error_class or "",
-        "error_line": c.error_line or "",
-        "localization": c.localization or "",
-        "optimizer": {True: "yes", False: "no", None: ""}[c.optimizer],
-        "repro": _repro(c, repros) or "",
-        "note": c.note or "",
-        "median_ms": c.latency.median_ms if c.latency else None,
-        "copies": c.latency.copies if c.latency else "",
-    }
+def _context(repros: Mapping[str, str]) -> schema.Context:
+    """What the published fields need beyond the cell: its reproducer's folder (only a failing cell's) and which
+    providers are NVIDIA ones (a GPU cell names its GPU)."""
+    return schema.Context(
+        repro=lambda c: repros.get(c.artifact.id) if c.status in FAILING else None,
+        nvidia=lambda provider: runtimes.provider(provider).nvidia,
+    )
 
 
 def _write_lines(stage: Publication, path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -487,10 +418,31 @@ def _write_lines(stage: Publication, path: Path, rows: Iterable[dict[str, Any]])
 
 
 def _write_case_pages(stage: Publication, results: Path, pages: Mapping[str, str]) -> None:
-    """Write each case's page (the new folder holds no page of a case the table no longer holds)."""
+    """Write each case's page (the new folder holds no page of a case the table no longer holds). A page that says
+    what the published one says, its date line aside, keeps the published bytes: a republish that changed nothing
+    rewrites no page (git, a reader's diff and the page's history see no change)."""
     folder = stage.folder(results / markdown.CASE_PAGES)
     for case, text in pages.items():
-        stage.write_text(folder / f"{case}.md", text)
+        kept = _unchanged(results / markdown.CASE_PAGES / f"{case}.md", text)
+        if kept is None:
+            stage.write_text(folder / f"{case}.md", text)
+        else:
+            stage.write_bytes(folder / f"{case}.md", kept)
+
+
+_DATE = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d UTC\b")
+
+
+def _unchanged(published: Path, text: str) -> bytes | None:
+    """The published page's bytes where they say ``text``, the date of the last line aside; else None."""
+    try:
+        before = published.read_bytes()
+    except OSError:
+        return None
+    head, _, last = text.rstrip("\n").rpartition("\n")
+    old_head, _, old_last = before.decode("utf-8", errors="replace").rstrip("\n").rpartition("\n")
+    same = head == old_head and _DATE.sub("", last) == _DATE.sub("", old_last) and before.endswith(b"\n") == text.endswith("\n")
+    return before if same else None
 
 
 def _fold_cases(df: pd.DataFrame) -> pd.Series:

@@ -1,6 +1,6 @@
 """The run stage's side of its workers: tasks out, cells back.
 
-:func:`correctness` hands :class:`~harness.run.backends.base.CellTask` s to worker processes
+:func:`correctness` hands :class:`~harness.run.backends.messages.CellTask` s to worker processes
 (:mod:`harness.pool.workers`) and turns what they stream into cells. A worker that dies or hangs costs the
 probe it was on: ``crash`` (with its signal) or ``timeout`` for that probe, and the probes after it run
 again in a fresh worker. Before the session exists a death belongs to session creation, which every probe
@@ -21,11 +21,11 @@ from harness.build import layout
 from harness.core.records import CellRecord, ExportRecord, Stage, Status, first_line
 from harness.pool.progress import Progress
 from harness.pool.workers import MemoryGate, Outcome, run_tasks
-from harness.run.backends.base import Cell, CellTask, LatencyTask, Loaded, Localizing, Retry, Timed, Timing
+from harness.run.backends.messages import Cell, CellTask, LatencyTask, Loaded, Localizing, Retry, Timed, Timing
 
 CUT_SHORT = "localizing this mismatch was cut short"
 FRESH = "a worker died here first"
-ENTRY = "harness.run.backends.base"
+ENTRY = "harness.run.backends.worker"
 
 
 @dataclasses.dataclass
@@ -71,7 +71,7 @@ class _State:
     localizing: str | None = None
     """The probe whose mismatch is being localized (its cell is already in)."""
     retry: str = ""
-    """Why its probes run again in a worker of their own (:class:`harness.run.backends.base.Retry`)."""
+    """Why its probes run again in a worker of their own (:class:`harness.run.backends.messages.Retry`)."""
 
     @property
     def left(self) -> list[str]:

@@ -22,7 +22,7 @@ from harness.pool.workers import describe_exit
 if TYPE_CHECKING:
     from harness.config.matrix import Runtime
 
-_PROBE = "from harness.run.backends.base import probe_main; probe_main()"
+_PROBE = "from harness.run.backends.environment import probe_main; probe_main()"
 
 
 def _sound(hit: Any, key: str) -> bool:

@@ -4,7 +4,7 @@ Runs in an environment holding one pinned runtime package, numpy and the harness
 torch. Reads the export's files through :mod:`harness.build.layout`; writes
 ``build/shards/<runtime-id>-<column>.jsonl``. Which backend runs the cells, and how a column is set up, is
 the registry's (:mod:`harness.config.runtimes`); the cells themselves are the backend contract's
-(:mod:`harness.run.backends.base`) and come back through :mod:`harness.run._dispatch`. Per column, top to bottom:
+(:mod:`harness.run.backends.loop`) and come back through :mod:`harness.run._dispatch`. Per column, top to bottom:
 
 1. :func:`_column_record`: a broken environment, or a column that cannot run here, is one runtime-wide
    record (``env-error``, ``unavailable``) with the reason and the fix, sealed, never one failure per cell;
@@ -36,7 +36,7 @@ from harness.core.records import CellRecord, ExportRecord, Stage, Status, first_
 from harness.pool.progress import Progress
 from harness.run import _dispatch as dispatch
 from harness.run import envprobe
-from harness.run.backends.base import TOOK_NO_NODE, CellTask, LatencyTask, ReferenceSource
+from harness.run.backends.messages import TOOK_NO_NODE, CellTask, LatencyTask, ReferenceSource
 
 # Depend on this machine, not on the artifact: never reused by a rerun.
 # A timeout may be the machine's load, not the artifact: run again next time, like these two.

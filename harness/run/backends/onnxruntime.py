@@ -5,7 +5,7 @@ It runs inside worker processes of a runtime environment that holds one pinned o
 one execution provider to the next (its name, its library, its device, the options a session gives it,
 the providers it hands refused nodes to, where IOBinding keeps a timed run's tensors) is data in
 :mod:`harness.config.runtimes`; the probe loop, the verdicts and the latency protocol are
-:mod:`harness.run.backends.base`'s.
+:mod:`harness.run.backends.loop`'s.
 
 Beyond the contract it localizes a mismatch (:meth:`OnnxRuntime.localize`): the probe again with graph
 optimizations off, and every node's value against the reference runtime's.
@@ -35,8 +35,9 @@ from harness.config import runtimes
 from harness.core.records import CellRecord, ExportRecord, error_line
 from harness.numeric import localize
 from harness.numeric.compare import compare
-from harness.run.backends.base import Backend, CellTask, ReferenceSource
+from harness.run.backends.contract import Backend
 from harness.run.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
+from harness.run.backends.messages import CellTask, ReferenceSource
 
 
 class OnnxRuntime(Backend):
@@ -195,7 +196,7 @@ class OnnxRuntime(Backend):
 
 
 class OrtSession:
-    """An InferenceSession under the contract's :class:`~harness.run.backends.base.Session`."""
+    """An InferenceSession under the contract's :class:`~harness.run.backends.contract.Session`."""
 
     def __init__(self, sess: Any, profiling: bool) -> None:
         self.sess = sess

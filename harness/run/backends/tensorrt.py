@@ -12,7 +12,7 @@ harness (the ``tensorrt==X`` runtimes of matrix.toml). For each artifact it
    version, the GPU (name and compute capability), the precision, the workspace and the profile
    (:func:`engine_key`), so a rerun, the latency phase and another probe load it instead of building;
 4. runs each probe (inputs copied to the device, ``execute_async_v3``, outputs back); the verdict,
-   like every backend's, is the shared probe loop's (:mod:`harness.run.backends.base`).
+   like every backend's, is the shared probe loop's (:mod:`harness.run.backends.loop`).
 
 The cell is the same :class:`~harness.core.records.CellRecord` as every backend's, with
 ``engine = {build_seconds, bytes, cached, precision, tensorrt, profile}`` and the latency of the
@@ -39,7 +39,7 @@ import numpy as np
 from harness.build import cache, layout
 from harness.config import runtimes
 from harness.core.records import ExportRecord, first_line
-from harness.run.backends.base import Backend
+from harness.run.backends.contract import Backend
 from harness.run.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
 
 WORKSPACE_MIB = 4096
@@ -248,7 +248,7 @@ class _Plan:
 
 
 class EngineSession:
-    """An engine under the contract's :class:`~harness.run.backends.base.Session`; the engine's record rides
+    """An engine under the contract's :class:`~harness.run.backends.contract.Session`; the engine's record rides
     on every cell (:attr:`~harness.core.records.CellRecord.engine`)."""
 
     providers_used = ("TensorRT",)
