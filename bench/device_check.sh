@@ -45,7 +45,7 @@ BUILD=${DEVICE_CHECK_BUILD:-build-gpu}
 PACK=${DEVICE_CHECK_PACK:-.device}
 ORT_PIN=onnxruntime-gpu==1.31.1
 TRT_PIN=tensorrt==10.13.3.9
-LIMIT_MIB=64
+LIMIT_MIB=${DEVICE_CHECK_UPLOAD_MIB:-64}  # what one upload to the GPU host may carry (tree + packages)
 start=$SECONDS
 
 say() { echo "device_check [$((SECONDS - start))s]: $*"; }

@@ -211,6 +211,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("new", help="the later run, likewise")
     p.add_argument("--strict-pins", action="store_true", help="match runtimes by exact pin only (no pairing across a pin change)")
     p.add_argument("--limit", type=int, default=200, help="lines per section (0: all; default 200)")
+
+    p = sub.add_parser(
+        "readme",
+        help="refresh the project README's answer block from the published table (--check: exit 1 if stale)",
+    )
+    p.add_argument("--results", default="results", help="the published folder (default: results)")
+    p.add_argument("--readme", default="README.md", help="the README holding the block (default: README.md)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the block is not what the table gives")
     return ap
 
 
@@ -261,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "readme":
+        return _readme(args)
     if args.command in ("recommend", "diff"):  # answers from published files alone: no matrix.toml needed
         return _answer(args)
     if args.command == "reference":
@@ -506,6 +516,19 @@ def _answer(args: argparse.Namespace) -> int:
         print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
     return _recommend(args)
+
+
+def _readme(args: argparse.Namespace) -> int:
+    from harness.answer import readme
+
+    path, results = Path(args.readme), Path(args.results)
+    if args.check:
+        stale = readme.current(path.read_text(encoding="utf-8")) != readme.block(results)
+        print(f"{path}: the answer block is {'STALE: run `harness readme`' if stale else 'what ' + str(results) + ' gives'}")
+        return 1 if stale else 0
+    changed = readme.refresh(path, results)
+    print(f"{path}: answer block {'refreshed' if changed else 'unchanged'} from {results}")
+    return 0
 
 
 def _recommend(args: argparse.Namespace) -> int:

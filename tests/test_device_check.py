@@ -2,7 +2,7 @@
 
 - ``dry-run``: the export of profile gpu, packed; ``remote`` as the GPU machine runs it (the carried package
   unpacked into a run environment of its own, the smoke test, the run stage's correctness and latency passes,
-  the second reference, $OUT within the device tool's limits); ``collect``: the shards gathered and reported.
+  the second reference, $OUT within what the host returns: a few small files); ``collect``: the shards gathered and reported.
   The package is the real onnxruntime-gpu 1.31.1 wheel, which here finds no CUDA: its GPU columns must say why.
 - ``prepare`` in a clone of this checkout: results/ leaves the tree that travels (and comes back), the 64 MiB a
   call carries is checked, and `nox -s matrix` refuses to publish while results/ is out.
@@ -64,7 +64,7 @@ def _cells(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_the_call_returns_what_the_device_tool_can_bring_back(dry: Path) -> None:
+def test_the_host_returns_a_few_small_files(dry: Path) -> None:
     files = sorted((dry / "out").iterdir())
     assert [f.name for f in files] == ["device_check.log", "device_check.tar.xz", "environment.json"]
     for f in files:  # at most 8 files, 16 MiB each, named in letters, digits, '.', '_' and '-'

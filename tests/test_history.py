@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -85,3 +86,25 @@ def test_a_republish_keeps_the_case_pages_that_say_the_same_date_aside(tmp_path:
     stage.commit()
     assert (results / "cases" / "a.md").read_text() == page.format("2026-12-01 00:00 UTC"), "unchanged: kept, old date"
     assert (results / "cases" / "b.md").read_text() == new["b"], "changed: written, new date"
+
+
+def test_a_run_that_added_no_trend_row_keeps_its_wall_time_when_reported_again(tmp_path: Path) -> None:
+    """A run whose verdicts equal the last one adds no row to the trend, so the row cannot carry its wall time to a
+    report redone on its shards (the report's code changed): the environment.json it published does."""
+    from harness.config.matrix import load
+    from harness.publish import report
+
+    shard = tmp_path / "shard.jsonl"
+    shard.write_text("{}\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    profile = load(Path(__file__).resolve().parent.parent / "matrix.toml").profile("smoke")
+
+    def wall(given: float) -> object:
+        return report._environment(tmp_path, results, [], profile, {}, [shard], given, 0, 0, [])["wall_seconds"]
+
+    first = report._environment(tmp_path, results, [], profile, {}, [shard], 683.0, 0, 0, [])
+    (results / "environment.json").write_text(json.dumps(first))
+    assert wall(0.5) == 683.0, "the same run reported again keeps the wall time it took"
+    shard.write_text('{"another": "run"}\n')
+    assert wall(0.5) == 0.5, "another run is timed anew"

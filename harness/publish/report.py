@@ -238,8 +238,12 @@ def _environment(
     run_id = history.run_id(runs)
     # Reporting a run again (the report's code changed, nothing else) is not the run: its wall time stays the one
     # recorded when its cells were made, not the seconds this report took.
-    earlier = next((e for e in history.read(results / history.HISTORY) if e.get("run") == run_id), {})
-    if earlier.get("wall_seconds") is not None:
+    # The trend holds a row for it, or (a run that changed no verdict adds none) the environment.json it published.
+    earlier: Mapping[str, Any] = next((e for e in history.read(results / history.HISTORY) if e.get("run") == run_id), {})
+    published = _mapping(cache.read_json(results / "environment.json"))
+    if published.get("run") == run_id and not isinstance(earlier.get("wall_seconds"), int | float):
+        earlier = published
+    if isinstance(earlier.get("wall_seconds"), int | float):
         wall = earlier["wall_seconds"]
     export_stamp = _mapping(cache.read_json(out / layout.EXPORT_STAMP))
     export_stats = _mapping(export_stamp.get("stats"))
@@ -252,6 +256,7 @@ def _environment(
             runtimes_env[c.runtime] = {k: v for k, v in c.env.items() if k not in ("torch", "onnx", "onnxscript")}
     environment = {
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "run": run_id,
         "profile": profile.name,
         "export": manifest.get("versions", {}),
         "export_seconds": export_stats.get("seconds"),
