@@ -100,3 +100,18 @@ def test_the_page_lays_out_every_detail_of_today_itself() -> None:
     template = page.TEMPLATE.read_text(encoding="utf-8")
     assert schema.page_rows(template) == []
     assert "__HARNESS_MORE_DETAILS__" not in page.render({"cells": []})
+
+
+def test_a_field_with_a_failing_cells_column_reaches_the_reproducers_readme(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing-cells column declared in the schema alone shows in a reproducer's README.txt as ``label: value``,
+    beside the columns the README lays out itself (today's README is unchanged: no such column exists)."""
+    from harness.publish.repro import _readme
+
+    cell = _cell()
+    assert not any(line.startswith("    threads used:") for line in _readme._cell_lines([cell], [cell.probe]))
+    new = schema.Field(
+        "threads", "int", "threads used", jsonl=lambda c, _: 4, row=lambda c, _: 4, column=schema.Column("threads")
+    )
+    monkeypatch.setattr(schema, "FIELDS", (*schema.FIELDS, new))
+    assert new in schema.failing_columns()
+    assert "    threads used: 4" in _readme._cell_lines([cell], [cell.probe])

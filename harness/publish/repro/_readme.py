@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.answer.published import runtime_key
 from harness.config import runtimes
+from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.publish.repro._files import ZEROS
 
@@ -84,14 +85,25 @@ def _commands(cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]
     return lines
 
 
+_OWN_LOOK = frozenset({"error_line", "localization", "optimizer"})
+"""The failing-cells columns this README lays out itself; any other column of the schema gets a line of its own."""
+
+
+def _others() -> tuple[schema.Field, ...]:
+    """The schema's failing-cells columns this README shows as ``label: value`` (not the reproducer's own link)."""
+    return tuple(f for f in schema.failing_columns() if f.column and f.column.link is None and f.name not in _OWN_LOOK)
+
+
 def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
     """One line per (runtimes, provider, probes, status, error): runtimes sharing all of it are listed together."""
     lines: list[str] = []
     order = {p: i for i, p in enumerate(probes)}
+    others = _others()
     groups: dict[tuple[Any, ...], dict[str, set[str]]] = {}
     for c in cells:
         opt = "" if c.optimizer is None else str(bool(c.optimizer))
-        what = (c.provider, c.status.value, c.error_line or "", c.localization or "", opt)
+        more = tuple(_value(f, c) for f in others)
+        what = (c.provider, c.status.value, c.error_line or "", c.localization or "", opt, more)
         groups.setdefault(what, {}).setdefault(c.runtime, set()).add(c.probe)
     merged: dict[tuple[Any, ...], list[str]] = {}
     for what, by_pin in groups.items():
@@ -99,7 +111,7 @@ def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
             probe_list = tuple(sorted(hit, key=lambda p: (order.get(p, len(order)), p)))
             merged.setdefault((*what, probe_list), []).append(pin)
     rows = sorted(merged.items(), key=lambda kv: (min(runtime_key(p) for p in kv[1]), kv[0]))
-    for (provider, status, error, loc, opt, probe_list), pins in rows:
+    for (provider, status, error, loc, opt, more, probe_list), pins in rows:
         pins = sorted(pins, key=runtime_key)
         head = f"{', '.join(pins)} ({provider}), probe{'s' if len(probe_list) > 1 else ''} {', '.join(probe_list)}: {status}"
         lines += _wrap(_flat(f"{head}: {error}" if error else head), "- ", "    ")
@@ -111,7 +123,17 @@ def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
             )
         elif opt == "False":
             lines.append("    optimizer: fails with graph optimizations disabled too")
+        for field, value in zip(others, more, strict=True):
+            if value:
+                lines += _wrap(_flat(f"{field.label}: {value}"), "    ", "      ")
     return lines
+
+
+def _value(field: schema.Field, cell: CellRecord) -> str:
+    """A column's value as text ("" when the cell has none)."""
+    get = field.row or field.jsonl
+    value = get(cell, schema.Context()) if get is not None else None
+    return "" if value is None else str(value)
 
 
 def _trt_shapes(cells: list[CellRecord], pin: str, provider: str) -> str:
