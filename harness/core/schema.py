@@ -90,18 +90,16 @@ def _sig(x: float | None) -> float | None:
     return None if x is None else float(f"{x:.4g}")
 
 
-def _diff(c: CellRecord, _: Context) -> dict[str, Any] | None:
-    """The diff as published: four significant digits for the errors, the NaN/inf counts only where non-zero."""
-    if c.diff is None:
-        return None
-    d = c.diff
-    data: dict[str, Any] = {"max_abs": _sig(d.max_abs), "max_rel": _sig(d.max_rel), "mismatched": d.mismatched, "total": d.total}
+def _diff_data(d: DiffStats) -> dict[str, Any]:
+    """A diff's published values, unrounded: the errors, the counts, the NaN/inf counts only where non-zero, the
+    shape mismatch and the error in units of the output's own scale where there is one."""
+    data: dict[str, Any] = {"max_abs": d.max_abs, "max_rel": d.max_rel, "mismatched": d.mismatched, "total": d.total}
     data.update({k: v for k, v in _nonfinite(d) if v})
-    if d.scaled_error is not None:  # the error in units of the output's own scale, and the bound it had
-        data["scaled_error"] = _sig(d.scaled_error)
-        data.update({k: v for k, v in (("scaled_output", d.scaled_output), ("scaled_limit", d.scaled_limit)) if v is not None})
     if d.shape_mismatch:
         data["shape_mismatch"] = d.shape_mismatch
+    for key in ("scaled_error", "scaled_output", "scaled_limit"):
+        if getattr(d, key) is not None:
+            data[key] = getattr(d, key)
     return data
 
 
@@ -109,19 +107,26 @@ def _nonfinite(d: DiffStats) -> tuple[tuple[str, int], ...]:
     return (("nan_ref", d.nan_ref), ("nan_out", d.nan_out), ("inf_ref", d.inf_ref), ("inf_out", d.inf_out))
 
 
+_JSONL_ROUNDED = ("max_abs", "max_rel", "scaled_error")
+"""The errors ``matrix.jsonl`` gives to four significant digits (the bound and the output index stay as they are)."""
+
+
+def _diff(c: CellRecord, _: Context) -> dict[str, Any] | None:
+    """The diff as published: four significant digits for the errors; the scale's output and bound only with its
+    error."""
+    if c.diff is None:
+        return None
+    data = _diff_data(c.diff)
+    if c.diff.scaled_error is None:
+        data = {k: v for k, v in data.items() if k not in ("scaled_output", "scaled_limit")}
+    return {k: (_sig(v) if k in _JSONL_ROUNDED else v) for k, v in data.items()}
+
+
 def _page_diff(c: CellRecord, _: Context) -> dict[str, Any] | None:
     """The diff on the page: every float to four significant digits (the page shows numbers, not records)."""
     if c.diff is None:
         return None
-    d = c.diff
-    diff: dict[str, Any] = {"max_abs": d.max_abs, "max_rel": d.max_rel, "mismatched": d.mismatched, "total": d.total}
-    diff.update({k: v for k, v in _nonfinite(d) if v})
-    if d.shape_mismatch:
-        diff["shape_mismatch"] = d.shape_mismatch
-    for key in ("scaled_error", "scaled_output", "scaled_limit"):
-        if getattr(d, key) is not None:
-            diff[key] = getattr(d, key)
-    return {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in diff.items()}
+    return {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in _diff_data(c.diff).items()}
 
 
 def _latency(c: CellRecord, _: Context) -> dict[str, Any] | None:
