@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from pathlib import Path
 
 import numpy as np
 
-from harness.build import layout
+from harness.build import cache, layout
 from harness.config import runtimes
 from harness.core.onnxfile import strip_weights
 from harness.core.records import ExportRecord
@@ -75,7 +74,7 @@ def recorded(path: Path, sha256: str | None) -> bytes:
         HarnessError: they are not.
     """
     data = path.read_bytes()
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+    if sha256 is not None and cache.sha256_bytes(data) != sha256:
         raise changed_since_export(path)
     return data
 
