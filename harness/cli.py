@@ -523,7 +523,7 @@ def _readme(args: argparse.Namespace) -> int:
 
     path, results = Path(args.readme), Path(args.results)
     if args.check:
-        stale = readme.current(path.read_text(encoding="utf-8")) != readme.block(results)
+        stale = readme.refresh(path, results, write=False)
         print(f"{path}: the answer block is {'STALE: run `harness readme`' if stale else 'what ' + str(results) + ' gives'}")
         return 1 if stale else 0
     changed = readme.refresh(path, results)

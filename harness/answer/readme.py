@@ -82,12 +82,15 @@ def current(readme: str) -> str:
     return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
-def refresh(readme_path: Path, results: Path) -> bool:
-    """Rewrite the README's block from ``results``; whether anything changed (nothing is written otherwise)."""
+def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
+    """Whether the README's block is not what ``results`` gives; with ``write``, rewrite it then (nothing is
+    written when it is)."""
     text = readme_path.read_text(encoding="utf-8")
     new = block(results)
     if current(text) == new:
         return False
+    if not write:
+        return True
     head, rest = text.split(BEGIN, 1)
     readme_path.write_text(f"{head}{BEGIN}\n{new}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
     return True
