@@ -22,6 +22,9 @@ from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import first_line
 
+RUNTIME_EXAMPLES = ("onnxruntime==1.17.3", "1.17.3", "ort-1.17.3", "ortov-1.24.1 (in results/openvino/)")
+"""``recommend --runtime``'s examples: each answered by a published table (tests/test_recommend.py asks each)."""
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", default="matrix.toml", help="the matrix file (default: matrix.toml)")
@@ -123,6 +126,11 @@ def parser() -> argparse.ArgumentParser:
     _corpus_arg(p)
     p.add_argument("--workers", type=int, default=None, help="export processes (default: [run] workers)")
     _force_arg(p, "export everything again")
+    p.add_argument(
+        "--no-share",
+        action="store_true",
+        help="give each dynamo export a cold process and its own registry, as a plain call has (slower; the same files)",
+    )
     _with_arg(p)
 
     p = sub.add_parser("plan", help="say which stages a rerun of the profile would run, and why (runs nothing)")
@@ -183,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
         "passes every probe on --runtime × --provider; then every alternative with the cases that fail there and why. "
         "Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input.",
     )
-    p.add_argument("--runtime", required=True, help="onnxruntime==1.17.3, 1.17.3, ort-1.17.3, ortgpu-1.31.1 or trt-10.13.3.9")
+    p.add_argument("--runtime", required=True, help=f"a measured runtime: {', '.join(RUNTIME_EXAMPLES)}")
     p.add_argument("--provider", default="cpu", help=f"the column: {', '.join(_all_columns())} (default: cpu)")
     p.add_argument(
         "--exporter",
@@ -418,6 +426,7 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
         workers=args.workers,
         cases=_cases(args),
         force=args.force,
+        share=not args.no_share,
         requirements=corpus.requirements_of(matrix, args.with_, sources, _root(args)),
         echo_error=_error,
     )
@@ -549,6 +558,8 @@ def _recommend(args: argparse.Namespace) -> int:
     with _reading(Path(source).with_name(published.CASES)):
         cases = published.read_cases(source)
     loads, rewrites = published.read_frontier(source).get(runtime), published.read_rewrites(source)
+    if (missing := recommend.missing_column(runtime, args.provider, cells, source)) is not None:
+        raise HarnessError(missing)
     names, selection = recommend.select(cells, cases, source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all)
     answer = recommend.recommend(
         cells, runtime, args.provider, names, selection, loads, exporter=args.exporter, rewrites=rewrites

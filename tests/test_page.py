@@ -75,7 +75,7 @@ def test_hostile_strings_stay_text_in_the_browser(chromium: Any, tmp_path: Path)
     p = Page(chromium, _hostile_page(tmp_path).as_uri())
     try:
         assert p.dialogs == [] and p.errors == []
-        assert p.page.locator("#grid td.name").first.text_content() == HOSTILE_CASE
+        assert p.page.locator("#grid td.name .long").first.text_content() == HOSTILE_CASE
         p.page.locator("#grid td.c").first.click()
         details = p.page.locator("#details")
         assert HOSTILE_ERROR in details.text_content()
@@ -195,13 +195,20 @@ def test_the_page_opens_on_the_answer_for_the_newest_runtime_and_links_into_what
         p.page.click("#a-link")
         p.page.wait_for_function("(pin) => new URLSearchParams(location.hash.slice(1)).get('runtime') === pin", arg=older)
         state = dict(p.page.evaluate("Object.fromEntries(new URLSearchParams(location.hash.slice(1)))"))
-        assert state["status"] == "fail" and state["set"] == "safe" and state["ask"] == older
+        assert state["status"] == "loadable" and state["set"] == "safe" and state["ask"] == older
         assert p.view()["columns"] == [f"{older} cpu"]
         cards = json.loads((ROOT / "results" / "cases.json").read_text())
         safe = {n for n, c in cards.items() if c.get("fixes") or not c.get("symptom")}
-        expected = {k[:3] for k, status in _worst(rows).items()
-                    if k[3] == older and k[0] in safe and status not in ("pass", "skipped", "unavailable")}  # fmt: skip
+        # What fails at what the runtime loads: not the artifacts past its measured frontier, refused as they must be.
+        old = json.loads((ROOT / "results" / "frontier.json").read_text())[older]
+        ir = {(r["case"], r["exporter"], r["opset"]): r.get("ir_version") or 0 for r in rows}
+        failing = {k[:3] for k, status in _worst(rows).items()
+                   if k[3] == older and k[0] in safe and status not in ("pass", "skipped", "unavailable")}  # fmt: skip
+        expected = {k for k in failing if ir[k] <= old["max_ir"] and k[2] <= old["max_opset"]}
         assert {tuple(r) for r in p.view()["rows"]} == expected
+        assert len(expected) < len(failing), "the oldest runtime refuses what is past its frontier: the link leaves it out"
+        box, size = p.page.locator("#wrap").bounding_box(), p.page.viewport_size
+        assert box and size and 0 <= box["y"] < size["height"] - 200, "after the link the grid's rows are in view"
         assert p.errors == [], p.errors
     finally:
         p.close()
@@ -291,6 +298,32 @@ def test_the_page_answers_and_shows_its_grid_at_desktop_and_phone_sizes(
         p.close()
 
 
+def test_on_a_phone_a_case_and_its_fixed_twin_read_apart_and_the_recommended_count_is_in_view(chromium: Any) -> None:
+    """At 390 px the case column holds ~14 characters: the name keeps its end (``froze…ch_fixed``), so a case and its
+    twin never show the same text; the answer's counts table scrolls to the recommended cell."""
+    p = Page(chromium, PUBLISHED.as_uri() + "#case=frozen_batch", viewport=(390, 844))
+    try:
+        shown = p.page.locator("#grid td.name").evaluate_all("(tds) => tds.map((td) => td.innerText.trim())")
+        full = p.page.locator("#grid td.name .long").evaluate_all("(s) => s.map((x) => x.textContent)")
+        pairs = dict(zip(full, shown, strict=True))
+        assert {"frozen_batch", "frozen_batch_fixed"} <= set(pairs)
+        assert pairs["frozen_batch"] != pairs["frozen_batch_fixed"] and pairs["frozen_batch_fixed"].endswith("_fixed")
+        widths = p.page.locator("#grid td.name").evaluate_all("(tds) => tds.map((td) => td.scrollWidth <= td.clientWidth)")
+        assert all(widths), "a shortened name fits its column"
+        p.page.click("#a-link")  # from the answer into the grid: its rows are on the phone's screen after the click
+        p.page.wait_for_function("() => new URLSearchParams(location.hash.slice(1)).get('status') === 'loadable'")
+        p.page.wait_for_timeout(200)
+        grid = p.page.locator("#wrap").bounding_box()
+        assert grid and 0 <= grid["y"] < 844 - 200, grid
+        best = p.page.locator("#a-table td.best")
+        if best.count():
+            r, wrap = best.bounding_box(), p.page.locator("#a-table-wrap").bounding_box()
+            assert r and wrap and wrap["x"] <= r["x"] and r["x"] + r["width"] <= wrap["x"] + wrap["width"] + 1
+        assert p.errors == [], p.errors
+    finally:
+        p.close()
+
+
 def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: Any) -> None:
     rows = _published()
     newest = max({r["runtime"] for r in rows}, key=lambda pin: tuple(int(x) for x in pin.split("==")[1].split(".")))
@@ -304,7 +337,7 @@ def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: 
         p.page.select_option("#f-exporter", "torchscript")
         p.page.select_option("#f-opset", "18")
         _typed(p, "frozen_batch")
-        row = p.page.locator("#grid tbody tr", has=p.page.locator("td.name", has_text=re.compile("^frozen_batch$")))
+        row = p.page.locator("#grid tbody tr", has=p.page.locator("td.name .long", has_text=re.compile("^frozen_batch$")))
         cell = row.locator("td.c")
         cell.hover()
         assert failing["status"] in (cell.get_attribute("title") or "") and failing["error_line"] in cell.get_attribute("title")
@@ -356,3 +389,25 @@ def test_a_partial_report_says_so_above_everything(chromium: Any, tmp_path: Path
         assert not p.page.locator("#partial").is_visible()
     finally:
         p.close()
+
+
+def test_a_profile_published_for_a_provider_of_its_own_opens_on_it_and_links_home(chromium: Any) -> None:
+    """results/openvino/index.html: the answer it opens on is OpenVINO's (the profile's own provider, not the CPU
+    control column), and the page links back to the main table."""
+    page_path = ROOT / "results" / "openvino" / "index.html"
+    if not page_path.exists():
+        pytest.fail(f"{page_path} is missing: run `nox -s matrix -- --profile openvino`")
+    p = Page(chromium, page_path.as_uri())
+    try:
+        assert p.page.locator("#a-provider").input_value() == "openvino"
+        assert "(openvino)" in (p.page.locator("#a-best").text_content() or "")
+        home = p.page.locator("#meta a")
+        assert home.count() == 1 and home.get_attribute("href") == "../index.html"
+        assert p.errors == [], p.errors
+    finally:
+        p.close()
+    q = Page(chromium, PUBLISHED.as_uri())  # the main table: no way "back" from it
+    try:
+        assert q.page.locator("#meta a").count() == 0
+    finally:
+        q.close()

@@ -96,8 +96,12 @@ def test_the_answer_agrees_with_the_table(rows: list[dict[str, Any]], asked: str
     shown = dict(zip(("torchscript", "dynamo"), [c.strip() for c in line.strip().strip("|").split("|")][3:5], strict=True))
     for exp, text in shown.items():  # each exporter's highest safe opset, as the README shows it
         safe = [o for (e, o) in _safe_per_exporter(rows, runtime, twins) if e == exp]
+        mine = [r for r in rows if r["runtime"] == runtime and r["provider"] == "cpu" and r["exporter"] == exp]
+        counted = [r for r in mine if r["status"] not in ("skipped", "export-fail")]
         if safe:
             assert text == str(max(safe))
+        elif counted and all(r["status"] == "load-fail" for r in counted):  # nothing it writes loads: one reason
+            assert text.startswith(f"none ({exp} writes "), text
         else:
             assert text.startswith("none (opset ")
 
@@ -125,6 +129,11 @@ def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None
         ),
         (["--runtime", "1.99.0"], "nearest measured: onnxruntime==1.32.0"),
         (["--runtime", "1.17.3", "--provider", "cuda"], "--provider cuda: onnxruntime==1.17.3 was measured on cpu only"),
+        (["--runtime", "1.17.3", "--provider", "cuda"], "no cuda column is published beside results/matrix.jsonl"),
+        (["--runtime", "1.17.3", "--provider", "openvino"], "openvino's columns are published in results/openvino/"),
+        (["--runtime", "1.17.3", "--provider", "foo"], "--provider foo: not a provider the harness runs"),
+        (["--runtime", "1.17.3", "--provider", "gpu"], "--provider gpu: not a provider the harness runs"),
+        (["--runtime", "onxruntime==1.17.3"], "no package 'onxruntime' in results/matrix.jsonl; did you mean onnxruntime==1.17.3?"),  # noqa: E501
         (["--runtime", "1.17.3", "--cases", "frozen_bach"], "did you mean 'frozen_batch'?"),
         (["--runtime", "1.17.3", "--corpus", "examples/my_models.py"], "nox -s matrix -- --corpus examples/my_models.py"),
         (["--runtime", "1.17.3", "--results", "nowhere/matrix.jsonl"], "nowhere/matrix.jsonl: no such file"),
@@ -265,3 +274,99 @@ def test_a_request_the_exporter_wrote_at_another_opset_is_answered_by_that_row()
         failing, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases", rewrites={("sdpa", "dynamo", 28): 18}
     )
     assert [c for c, _ in next(o for o in worse.options if o.opset == 28).failing] == ["sdpa"]
+
+
+def test_the_runtimes_the_help_gives_as_examples_are_answered() -> None:
+    """``recommend --help`` names runtimes to ask about: each is answered by a published table (an example with no
+    data behind it would send a new user to a refusal)."""
+    from harness.cli import RUNTIME_EXAMPLES
+
+    assert "--runtime" in harness("recommend", "--help").stdout
+    for example in RUNTIME_EXAMPLES:
+        spec = example.split(" (")[0]
+        proc = harness("recommend", "--runtime", spec)
+        assert proc.returncode in (0, 1), f"{spec}: {proc.stderr}"
+        assert "recommended: " in proc.stdout or "no exporter and opset passes" in proc.stdout
+
+
+def _loads(pin: str, max_ir: int, max_opset: int) -> dict[str, Any]:
+    return {"runtime": pin, "max_ir": max_ir, "max_opset": max_opset}
+
+
+def _written(case: str, exporter: str, opset: int, status: Status, ir: int, runtime: str) -> CellRecord:
+    cell = _cell(case, exporter, opset, status, runtime)
+    return cell.replace(ir_version=ir, opset_actual=opset)
+
+
+def test_an_exporter_nothing_of_which_loads_is_one_line_not_a_failure_per_case() -> None:
+    """Dynamo writes IR 10; a runtime that loads up to IR 9 refuses all of it: the answer says that in one line (per
+    exporter, and alone with --exporter), not "53 of 53 fail" at each opset; an exporter that loads is ranked first."""
+    pin = "onnxruntime==1.17.3"
+    cells = [_written(c, "dynamo", o, Status.LOAD_FAIL, 10, pin) for c in ("a", "b") for o in (18, 20)]
+    cells += [_written("a", "torchscript", 17, Status.PASS, 8, pin), _written("b", "torchscript", 17, Status.MISMATCH, 8, pin)]
+    cells += [_written("c", "dynamo", 18, Status.EXPORT_FAIL, 0, pin), _written("c", "torchscript", 17, Status.PASS, 8, pin)]
+    loads = _loads(pin, 9, 20)
+    answer = recommend.recommend(cells, pin, "cpu", ["a", "b", "c"], "3 cases", loads)
+    assert answer.unloadable == (("dynamo", "dynamo writes IR 10; 1.17.3 loads up to IR 9"),)
+    assert answer.options[0].exporter == "torchscript"
+    text = recommend.render(answer)
+    assert "  dynamo: none: dynamo writes IR 10; 1.17.3 loads up to IR 9" in text
+    assert "  dynamo opset 18, 20: nothing loads here (dynamo writes IR 10; 1.17.3 loads up to IR 9)" in text
+    assert "2 of 3 fail" not in text and "dynamo opset 18: " not in text
+    alone = recommend.render(recommend.recommend(cells, pin, "cpu", ["a", "b", "c"], "3 cases", loads, exporter="dynamo"))
+    said = "none: nothing the dynamo exporter writes loads here (dynamo writes IR 10; 1.17.3 loads up to IR 9)"
+    assert alone.splitlines()[-1] == said
+    # Past the opset frontier only: said by opset.
+    by_opset = [_written("a", "dynamo", o, Status.LOAD_FAIL, 9, pin) for o in (21, 22)]
+    assert recommend.recommend(by_opset, pin, "cpu", ["a"], "1 case", loads).unloadable == (
+        ("dynamo", "dynamo writes opset 21–22; 1.17.3 loads up to opset 20"),
+    )
+    # A refusal the frontier does not explain (a model within it: an op the runtime lacks) is a failure of its own.
+    own = [*cells, _written("a", "dynamo", 19, Status.LOAD_FAIL, 9, pin)]
+    assert recommend.recommend(own, pin, "cpu", ["a", "b", "c"], "3 cases", loads).unloadable == ()
+    # Without a measured frontier nothing is claimed.
+    assert recommend.recommend(cells, pin, "cpu", ["a", "b", "c"], "3 cases").unloadable == ()
+
+
+def test_the_published_answer_on_a_runtime_that_loads_no_dynamo_export_is_one_line(rows: list[dict[str, Any]]) -> None:
+    """On the published table: where every dynamo cell of a runtime that is not an export failure is refused at load
+    (worked out from the raw rows), `recommend` and the README say why in one line."""
+    frontier = json.loads((RESULTS / "frontier.json").read_text())
+    readme = (RESULTS / "README.md").read_text().split("## Newest safe opset per runtime")[1].split("\n## ")[0]
+    checked = 0
+    for pin in sorted({r["runtime"] for r in rows}, key=_version):
+        mine = [r for r in rows if r["runtime"] == pin and r["exporter"] == "dynamo" and r["provider"] == "cpu"]
+        counted = [r for r in mine if r["status"] not in ("skipped", "export-fail")]
+        if not counted or any(r["status"] != "load-fail" for r in counted):
+            continue
+        checked += 1
+        irs = sorted({r["ir_version"] for r in counted})
+        proc = harness("recommend", "--runtime", pin)
+        version = pin.split("==")[1]
+        said = f"dynamo writes IR {irs[0]}; {version} loads up to IR {frontier[pin]['max_ir']}"
+        assert irs[0] > frontier[pin]["max_ir"] and f"  dynamo: none: {said}" in proc.stdout, proc.stdout
+        assert f"| none ({said}) |" in next(ln for ln in readme.splitlines() if ln.startswith(f"| {pin} "))
+    assert checked >= 3, "1.15, 1.16 and 1.17 load no IR 10 model: the table shows it"
+
+
+def test_the_summary_counts_every_exporter_and_opset_as_recommend_does(rows: list[dict[str, Any]]) -> None:
+    """One denominator: the README's summary per runtime and `recommend` give the same passing / counted for every
+    exporter × opset of the newest runtime and of one the dynamo exporter's rewrites touch."""
+    readme = (RESULTS / "README.md").read_text().split("## Summary per runtime")[1].split("\n## ")[0]
+    table = [ln for ln in readme.splitlines() if ln.startswith("|") and not ln.startswith("|-")]
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    pins = sorted({r["runtime"] for r in rows}, key=_version)
+    for pin in (pins[-1], "onnxruntime==1.22.1"):
+        line = next(ln for ln in table if ln.startswith(f"| {pin.split('==')[1]} "))
+        shown = dict(zip(head, [c.strip() for c in line.strip("|").split("|")], strict=True))
+        proc = harness("recommend", "--runtime", pin, "--all")
+        assert proc.returncode in (0, 1), proc.stderr
+        from harness.answer.published import read_cells, read_frontier, read_rewrites
+
+        table_path = RESULTS / "matrix.jsonl"
+        cells = read_cells(table_path, runtime=pin)
+        answer = recommend.recommend(
+            cells, pin, "cpu", [], "none", read_frontier(table_path).get(pin), rewrites=read_rewrites(table_path)
+        )
+        for opt in answer.options:
+            assert shown[f"{opt.exporter} {opt.opset}"] == f"{opt.corpus_pass}/{opt.corpus_total}", (pin, opt.label)

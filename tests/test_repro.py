@@ -388,11 +388,13 @@ def test_mismatch_reproduces_and_exits_1(matrix: tuple[Path, Path, list[CellReco
     lines = proc.stdout.splitlines()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"onnxruntime {onnxruntime.__version__}" in lines[0] and "atol 0.0, rtol 0.0" in lines[0]
+    assert "graph optimizations on (the default)" in lines[0]
     assert lines[1] == "example: PASS"
     assert lines[2] == "negative: MISMATCH 2/3 elements differ, max abs diff 1"
     assert lines[3] == f"1 of 2 probes fail on onnxruntime {onnxruntime.__version__}: reproduced"
     # The graph optimizer is not to blame here, as the cell says.
-    assert _run(results / "repro/floor_div.dynamo.op17/repro.py", "--disable-optimizations").returncode == 1
+    off = _run(results / "repro/floor_div.dynamo.op17/repro.py", "--disable-optimizations")
+    assert off.returncode == 1 and "graph optimizations off (ORT_DISABLE_ALL)" in off.stdout.splitlines()[0]  # said
 
 
 def test_run_fail_and_load_fail_reproduce(matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]]) -> None:

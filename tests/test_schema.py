@@ -44,7 +44,7 @@ def test_the_keys_of_every_published_line_are_the_schemas_jsonl_fields_in_order(
     always = {f.name for f in schema.FIELDS if f.jsonl is not None and not f.optional and f.name != "error"}
     seen: set[str] = set()
     with open(PUBLISHED, encoding="utf-8") as f:
-        for n, line in zip(range(3000), f, strict=False):
+        for n, line in enumerate(f):
             keys = list(json.loads(line))
             assert keys == [k for k in order if k in keys], f"line {n + 1}: keys not the schema's, in order: {keys}"
             assert always <= set(keys)

@@ -8,6 +8,7 @@ committed README's block is not what the committed table gives.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def safe_table(readme: str) -> list[str]:
     for runtime, provider, *answers in rows:
         if not runtime.startswith(_PREFIX) or provider != "cpu":
             continue  # the excerpt is onnxruntime's CPU column; the published README holds the others
-        short = tuple(a.split(" (", 1)[0] for a in answers)
+        short = tuple(_short(a) for a in answers)
         version = runtime[len(_PREFIX) :]
         if merged and merged[-1][1] == short:
             merged[-1][0].append(version)
@@ -50,6 +51,17 @@ def safe_table(readme: str) -> list[str]:
             merged.append(([version], short))
     out = ["| onnxruntime (cpu) | recommended | torchscript | dynamo |", "|---|---|---|---|"]
     return out + [f"| {', '.join(versions)} | {' | '.join(short)} |" for versions, short in merged]
+
+
+_UNLOADABLE = re.compile(r"^none \(\w+ writes (?P<writes>[^;]+); [\w.]+ loads up to (?P<loads>[^)]+)\)$")
+
+
+def _short(answer: str) -> str:
+    """An answer cut before its detail in parentheses, except the one reason an exporter loads nothing on a runtime
+    (``none: writes IR 10, loads up to IR 9``): the whole answer there, in one line."""
+    if m := _UNLOADABLE.match(answer):
+        return f"none: writes {m['writes']}, loads up to {m['loads']}"
+    return answer.split(" (", 1)[0]
 
 
 def recommend_head(results: Path) -> list[str]:

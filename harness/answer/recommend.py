@@ -67,10 +67,16 @@ class Answer:
     """What the runtime loads, measured (``loads up to IR 9 / opset 19 (measured)``)."""
     exporter: str | None = None
     """The one exporter asked about (``--exporter``); None: both."""
+    unloadable: tuple[tuple[str, str], ...] = ()
+    """(exporter, why) for an exporter nothing of which loads on this runtime, for a reason the frontier gives:
+    ``dynamo writes IR 10; 1.17.3 loads up to IR 9``. Its options are that one reason, not a failure per case."""
 
     @property
     def best(self) -> Option | None:
         return self.options[0] if self.options and self.options[0].ok else None
+
+    def cannot_load(self, exporter: str) -> str | None:
+        return dict(self.unloadable).get(exporter)
 
 
 def table_for(spec: str, source: str) -> str:
@@ -109,6 +115,14 @@ def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
             f"--runtime {spec}: {version!r} is not a version: give a measured one as 1.20.1, onnxruntime==1.20.1 "
             f"or ort-1.20.1, e.g. {example} (measured: {measured})"
         )
+    packages = sorted({p.split("==")[0] for p in pins})
+    if package not in packages and (exact := [p for p in pins if p.split("==")[1] == version]):
+        close = difflib.get_close_matches(package, packages, n=1, cutoff=0.6)
+        guess = next((p for p in exact if close and p.startswith(close[0] + "==")), exact[0])
+        raise HarnessError(
+            f"--runtime {spec}: no package {package!r} in {source}; did you mean {guess}? "
+            f"(measured packages: {', '.join(packages)})"
+        )
     same = [p for p in pins if p.split("==")[0] == package] or pins
     want = version_tuple(version)
     older = [p for p in same if version_tuple(p.split("==")[1]) < want]
@@ -118,6 +132,40 @@ def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
         f"--runtime {spec}: {text} is not in {source}; nearest measured: {', '.join(nearest) or 'none'} "
         f"(measured: {measured}); pick one of those, or run it: add it to matrix.toml and `nox -s matrix`"
     )
+
+
+def missing_column(runtime: str, provider: str, cells: Sequence[CellRecord], source: str) -> str | None:
+    """The one line for ``--provider`` naming a column this table did not measure on ``runtime`` (None: it did):
+    whether the harness runs such a provider at all, where a table beside this one publishes it (``results/openvino/``),
+    or that none does (GPU results come from a machine with an NVIDIA GPU)."""
+    from harness.answer.published import published_beside
+
+    here = sorted({c.provider for c in cells if c.runtime == runtime})
+    if provider in here:
+        return None
+    measured = f"{runtime} was measured on {', '.join(here) or 'nothing'} only"
+    known = sorted({c for k in runtimes.KINDS for c in k.columns()})
+    if provider not in known:
+        close = difflib.get_close_matches(provider, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"--provider {provider}: not a provider the harness runs{hint}: {', '.join(known)}; {measured}"
+    folder = Path(source).parent
+    where: dict[str, list[str]] = {}
+    for row in published_beside(folder):
+        if row["column"] == provider:
+            where.setdefault(str(folder / row["folder"]), []).append(row["runtime"])
+    if where:
+        table, pins = next(iter(where.items()))
+        return (
+            f"--provider {provider}: {measured}; {provider}'s columns are published in {table}/ "
+            f"(on {', '.join(runtime_order(pins))}): add --results {table} --runtime {runtime_order(pins)[-1]}"
+        )
+    if runtimes.provider(provider).nvidia:
+        return (
+            f"--provider {provider}: {measured}; no {provider} column is published beside {source}: GPU results come from "
+            "a run on a machine with an NVIDIA GPU (docs/gpu.md), published in results/gpu/"
+        )
+    return f"--provider {provider}: {measured}; no {provider} column is published beside {source}"
 
 
 def is_safe_model(card: Mapping[str, str]) -> bool:
@@ -209,9 +257,43 @@ def recommend(
     by_artifact = group_by(column, "exporter", "opset", "case")
     combos = sorted({(c.exporter, c.opset) for c in column})
     options = [_option(by_artifact, exp, opset, cases, loads, rewrites or {}) for exp, opset in combos]
-    options.sort(key=lambda o: (not o.ok, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
+    unloadable = tuple((e, why) for e in sorted({c.exporter for c in column}) if (why := _unloadable(column, e, loads)))
+    # An exporter that loads nothing here comes last, whatever its counts: its closest is no answer.
+    options.sort(
+        key=lambda o: (not o.ok, o.exporter in dict(unloadable), len(o.failing), -o.opset, -o.corpus_pass, o.exporter)
+    )
     frontier_line = frontier.describe(loads) + " (measured)" if loads else None
-    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter)
+    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter, unloadable)
+
+
+def _unloadable(column: Sequence[CellRecord], exporter: str, loads: Mapping[str, Any] | None) -> str | None:
+    """One line where nothing ``exporter`` wrote loads on this runtime and the measured frontier says why (every cell
+    that is not an export failure or a skip is a refusal at load of a model past the frontier); None otherwise."""
+    if not loads or loads.get("max_ir") is None:
+        return None
+    mine = [c for c in column if c.exporter == exporter and c.status not in (Status.SKIPPED, Status.EXPORT_FAIL)]
+    if not mine or any(c.status is not Status.LOAD_FAIL for c in mine):
+        return None
+    if any(frontier.explain(loads, c.ir_version, c.opset_actual or c.opset) is None for c in mine):
+        return None  # a refusal the frontier does not explain: a failure of its own, shown as one
+    irs = sorted({c.ir_version for c in mine if c.ir_version is not None})
+    opsets = sorted({c.opset_actual or c.opset for c in mine})
+    version = str(loads.get("runtime", "")).split("==")[-1] or "this runtime"
+    if irs and irs[0] > loads["max_ir"]:
+        return f"{exporter} writes IR {_span(irs)}; {version} loads up to IR {loads['max_ir']}"
+    if opsets[0] > loads["max_opset"]:
+        return f"{exporter} writes opset {_span(opsets)}; {version} loads up to opset {loads['max_opset']}"
+    return (
+        f"{exporter} writes IR {_span(irs)} at opset {_span(opsets)}; {version} loads up to IR {loads['max_ir']} "
+        f"/ opset {loads['max_opset']}"
+    )
+
+
+def _span(values: Sequence[int]) -> str:
+    """``10`` / ``18–28`` / ``7, 9``: a run of consecutive numbers as a range."""
+    if len(values) > 1 and values[-1] - values[0] == len(values) - 1:
+        return f"{values[0]}–{values[-1]}"
+    return ", ".join(map(str, values))
 
 
 def _column(cells: Sequence[CellRecord], runtime: str, provider: str, exporter: str | None) -> list[CellRecord]:
@@ -263,15 +345,32 @@ def _option(
             skipped.append((case, got[0].error_line or f"does not apply to {exp}"))
         elif any(c.status not in (Status.PASS, Status.SKIPPED) for c in got):
             failing.append((case, why(got) + _past_frontier(got, loads)))
+    corpus = counted_row(by_artifact, exp, opset, rewrites)
+    passing = sum(passes(got) for got in corpus.values())
+    return Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
+
+
+def counted_row(
+    by_artifact: Mapping[tuple[Any, ...], Sequence[Any]], exp: str, opset: int, rewrites: Mapping[tuple[str, str, int], int]
+) -> dict[str, Sequence[Any]]:
+    """The cases counted at (``exp``, ``opset``) on one column, each with its cells: every case that applies to the
+    exporter (a case whose cells are all ``skipped`` is neither a pass nor a failure), and every case the exporter,
+    asked for this opset, wrote at another (its cells are that row's: the same export). The one denominator of
+    every count the project publishes: ``recommend``, the README's answer and summary, the page. ``by_artifact``:
+    (exporter, opset, case) → the cells (:class:`CellRecord`, or anything with a ``status``)."""
     corpus = {k[2]: v for k, v in by_artifact.items() if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)}
     for case, e, asked in rewrites:  # the same export, recorded under the opset written
         if (e, asked) != (exp, opset) or case in corpus:
             continue
-        got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
-        if got:
+        got = by_artifact.get((exp, rewrites[(case, e, asked)], case))
+        if got and not all(c.status is Status.SKIPPED for c in got):
             corpus[case] = got
-    passing = sum(all(c.status in (Status.PASS, Status.SKIPPED) for c in got) for got in corpus.values())
-    return Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
+    return corpus
+
+
+def passes(cells: Sequence[Any]) -> bool:
+    """A counted case passes when every probe passes (a skipped probe neither passes nor fails)."""
+    return all(c.status in (Status.PASS, Status.SKIPPED) for c in cells)
 
 
 def _written_row(
@@ -318,6 +417,19 @@ def _notes(opt: Option) -> str:
     return said
 
 
+def exporter_said(answer: Answer, opt: Option) -> str:
+    """One exporter's best on this runtime, in short: ``opset 21: all 53 pass``, ``none: dynamo writes IR 10; 1.17.3
+    loads up to IR 9``, or ``none; closest opset 18: 1 of 54 fail (…)``."""
+    if opt.ok:
+        return f"opset {opt.opset}: {_passes(opt)}{_notes(opt)}"
+    if (why := answer.cannot_load(opt.exporter)) is not None:
+        return f"none: {why}"
+    return (
+        f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
+        f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_notes(opt)}"
+    )
+
+
 def _passes(opt: Option) -> str:
     """``all 54 pass`` / ``the 1 case passes``, counting the cases that apply here."""
     return f"all {opt.selected} pass" if opt.selected != 1 else "the 1 case passes"
@@ -337,6 +449,9 @@ def render(answer: Answer, *, examples: int = 6) -> str:
             f"recommended: {best.label}: {every} every probe "
             f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{_notes(best)})"
         )
+    elif answer.exporter and (why := answer.cannot_load(answer.exporter)):
+        lines.append(f"none: nothing the {answer.exporter} exporter writes loads here ({why})")
+        return "\n".join(lines)
     else:
         top = answer.options[0]
         lines.append(
@@ -346,15 +461,16 @@ def render(answer: Answer, *, examples: int = 6) -> str:
     if not answer.exporter:
         lines += ["", "best per exporter (--exporter X answers for one):"]
         for exporter, opt in per_exporter(answer).items():
-            said = (
-                f"opset {opt.opset}: {_passes(opt)}{_notes(opt)}"
-                if opt.ok
-                else f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
-                f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_notes(opt)}"
-            )
-            lines.append(f"  {exporter}: {said}")
+            lines.append(f"  {exporter}: {exporter_said(answer, opt)}")
     lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
+    said_unloadable: set[str] = set()
     for rank, opt in enumerate(answer.options[1:] if best else answer.options):
+        if (why := answer.cannot_load(opt.exporter)) is not None:
+            if opt.exporter not in said_unloadable:  # its every opset, one line
+                said_unloadable.add(opt.exporter)
+                opsets = sorted(o.opset for o in answer.options if o.exporter == opt.exporter)
+                lines.append(f"  {opt.exporter} opset {_span(opsets)}: nothing loads here ({why})")
+            continue
         if opt.ok:
             lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{_notes(opt)})")
             continue

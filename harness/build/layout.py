@@ -248,19 +248,30 @@ def read_shard(path: Path) -> dict[str, CellRecord]:
     return read(path)[0] if path.exists() else {}
 
 
-def write_shard(path: Path, cells: Iterable[CellRecord]) -> None:
+def write_shard(path: Path, cells: Iterable[CellRecord], lines: Mapping[str, tuple[CellRecord, bytes]] | None = None) -> None:
     """Rewrite a shard atomically, sorted by key, each line sealed with its checksum. Its seal is opened first,
     on the new bytes (:func:`checkpoint`): a kill between the two leaves a seal that no bytes extend, and the
-    rerun redoes the shard whole rather than trust lines nothing vouches for."""
+    rerun redoes the shard whole rather than trust lines nothing vouches for. ``lines``: the sealed line an
+    :class:`Appender` already made of a cell (by key, with the cell it was made of), used where it is that cell."""
     cache.not_a_folder(path)
     tmp = path.with_name(path.name + ".tmp")
-    data = b"".join((cache.seal(cell.to_dict()) + "\n").encode() for cell in sorted(cells, key=lambda c: c.key))
+    known = lines or {}
+
+    def line(cell: CellRecord) -> bytes:
+        made = known.get(cell.key)
+        return made[1] if made is not None and made[0] is cell else _line(cell)
+
+    data = b"".join(line(cell) for cell in sorted(cells, key=lambda c: c.key))
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     checkpoint(path, len(data), cache.sha256_bytes(data))
     os.replace(tmp, path)
+
+
+def _line(cell: CellRecord) -> bytes:
+    return (cache.seal(cell.to_dict()) + "\n").encode()
 
 
 def checkpoint(shard: Path, length: int, sha256: str) -> None:
@@ -271,31 +282,62 @@ def checkpoint(shard: Path, length: int, sha256: str) -> None:
 
 class Appender:
     """Append-only writes, each line handed to the kernel at once and checkpointed in the shard's open seal
-    (:func:`checkpoint`: a killed run resumes every line but the one being written, and nothing the seal
-    does not vouch for), forced to disk at least every ``sync`` seconds and at the end (what a power cut
-    could take; a checkpoint past the bytes that survived it vouches for nothing, and the shard is redone)."""
+    (:func:`checkpoint`: a killed run resumes every line the seal vouches for, and nothing it does not), forced to
+    disk at least every ``sync`` seconds and at the end (what a power cut could take; a checkpoint past the bytes
+    that survived it vouches for nothing, and the shard is redone).
 
-    def __init__(self, path: Path, sync: float = 0.5) -> None:
+    The seal is rewritten at most every ``every`` seconds, by a thread of its own, once lines came since it was
+    last written: a cell is vouched for within ``every`` seconds of its line, and a stage that appends thousands
+    of cells a second does not rename the seal file thousands of times (measured: 8,700 checkpoints took 3.9 s of
+    a 22 s run session, on the same cores as its workers)."""
+
+    def __init__(self, path: Path, sync: float = 0.5, every: float = 0.1) -> None:
+        import threading
+
         self.path = path
         self.f = open(path, "ab")  # noqa: SIM115 (held open across appends)
         self.hash = hashlib.sha256(path.read_bytes())
         self.length = self.f.tell()
         self.sync, self.synced = sync, time.monotonic()
+        self.lines: dict[str, tuple[CellRecord, bytes]] = {}
+        """Each cell's sealed line as added (for :func:`write_shard` at the end, which need not make it again)."""
+        self._lock = threading.Lock()
+        self._vouched = self.length
+        self._done = threading.Event()
+        self._every = every
+        self._thread = threading.Thread(target=self._checkpoints, name="shard-checkpoint", daemon=True)
+        self._thread.start()
 
     def add(self, cells: Iterable[CellRecord]) -> None:
-        data = b"".join((cache.seal(cell.to_dict()) + "\n").encode() for cell in cells)
-        self.f.write(data)
-        self.f.flush()
-        self.hash.update(data)
-        self.length += len(data)
-        if time.monotonic() - self.synced >= self.sync:
-            os.fsync(self.f.fileno())
-            self.synced = time.monotonic()
-        checkpoint(self.path, self.length, self.hash.hexdigest())
+        made = [(cell, _line(cell)) for cell in cells]
+        data = b"".join(line for _, line in made)
+        with self._lock:
+            self.f.write(data)
+            self.f.flush()
+            self.hash.update(data)
+            self.length += len(data)
+            if time.monotonic() - self.synced >= self.sync:
+                os.fsync(self.f.fileno())
+                self.synced = time.monotonic()
+        self.lines.update((cell.key, (cell, line)) for cell, line in made)
+
+    def _checkpoints(self) -> None:
+        while not self._done.wait(self._every):
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        with self._lock:
+            if self.length != self._vouched:
+                checkpoint(self.path, self.length, self.hash.hexdigest())
+                self._vouched = self.length
 
     def close(self) -> None:
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        self._done.set()
+        self._thread.join()
+        with self._lock:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        self._checkpoint()
         self.f.close()
 
 

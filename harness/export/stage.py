@@ -26,6 +26,7 @@ from harness.cases.source import case_digest
 from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import ArtifactKey, ExportRecord, first_line
+from harness.export import _warm
 from harness.export._exporters import Exported, ExportTask, Phase, base_record, library_module, phase_words, user_error, versions
 from harness.pool.progress import Progress
 from harness.pool.workers import MemoryGate, run_tasks
@@ -122,6 +123,20 @@ def _preload_shape(data: Mapping[str, Any]) -> bool:
     return isinstance(cases, dict) and all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in cases.values())
 
 
+def _warm_server(tasks: Sequence[ExportTask], share: bool, echo: Any) -> tuple[str, ...]:
+    """The preload that warms the fork server for this run's dynamo tasks (:mod:`harness.export._warm`), or none:
+    sharing turned off, no dynamo task, or a torch without the private API it uses (said in one line)."""
+    opsets = sorted({t.opset for t in tasks if t.exporter == "dynamo"})
+    os.environ.pop(_warm.ENV, None)
+    if not share or not opsets:
+        return ()
+    why = _warm.unavailable()
+    if why is not None:
+        echo(f"export: each dynamo export builds its own operator registry ({why}); the files are the same, only slower")
+    os.environ[_warm.ENV] = ",".join(map(str, opsets))  # read by the fork server as it imports the module
+    return ("harness.export._warm",)
+
+
 def _stderr(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
@@ -153,6 +168,7 @@ def export_all(
     workers: int | None = None,
     cases: Sequence[str] | None = None,
     force: bool = False,
+    share: bool = True,
     requirements: Sequence[str] = (),
     echo: Any = print,
     echo_error: Any = _stderr,
@@ -161,7 +177,8 @@ def export_all(
     and the stamp; return the records and the corpus problems.
 
     An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
-    store (every file's hash checked); ``force`` exports everything again. ``requirements`` are what the
+    store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
+what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
     environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
 
     Raises:
@@ -191,7 +208,7 @@ def export_all(
     echo(f"export: {len(keys)} artifacts, {len(keys) - len(tasks)} cached, {len(tasks)} to export")
     # What the corpus files imported when the parent loaded them is imported once by the fork server too.
     corpus_modules = tuple(sorted(m for m in set(sys.modules) - loaded if library_module(m)))
-    job.run(tasks, workers or matrix.run.worker_count, list(corpus), root, corpus_modules)
+    job.run(tasks, workers or matrix.run.worker_count, list(corpus), root, corpus_modules, share=share)
     job.user_errors(echo_error)
     job.manifest(profile)
     done = [job.records[k.id] for k in keys]
@@ -248,9 +265,13 @@ class _Job:
             tasks.append(ExportTask(k.case, k.exporter, k.opset, str(tmp), self.address[k.id], budget))
         return tasks
 
-    def run(self, tasks: list[ExportTask], workers: int, corpus: list[str], root: Path, imported: tuple[str, ...]) -> None:
-        """Each task in a fresh process forked from a server that imported what the exports will import."""
+    def run(
+        self, tasks: list[ExportTask], workers: int, corpus: list[str], root: Path, imported: tuple[str, ...], *, share: bool
+    ) -> None:
+        """Each task in a fresh process forked from a server that imported what the exports will import (and, with
+        ``share``, warmed the dynamo exporter: :mod:`harness.export._warm`)."""
         preload = Preload(self.out)
+        warm = _warm_server(tasks, share, self.echo)
         peaks = _known_peaks(self.store, {t.case for t in tasks})
         memory = MemoryGate(lambda task: peaks.get(task.case, DEFAULT_EXPORT_MIB))
         progress = Progress("export", len(tasks), self.echo, workers=workers)
@@ -266,7 +287,7 @@ class _Job:
             initargs=(corpus, str(root), self.settings),
             log=str(self.out / "logs" / "export.log"),
             fresh=True,  # exporters keep per-process caches: each artifact gets a clean process
-            preload=(*preload.modules(list(self.sources)), *imported),
+            preload=(*preload.modules(list(self.sources)), *imported, *warm),
             admit=memory.admit,
             heartbeat=(30.0, lambda running: progress.running((t.artifact.id, s) for t, s in running)),
         ):
@@ -283,6 +304,7 @@ class _Job:
             mark = "ok" if rec.ok else (rec.error_class or "fail")
             wall = time.monotonic() - begun.get(key.id, time.monotonic() - rec.seconds)
             progress.done(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s", kind=key.case, seconds=wall)
+        os.environ.pop(_warm.ENV, None)
         if preload.dirty:
             preload.save()
 

@@ -184,7 +184,11 @@ def run_tasks(
     ctx: Any = _SPAWN
     if fresh:
         ctx = _FORKSERVER
-        ctx.set_forkserver_preload(["harness.pool._forkserver", *preload])  # first: the server dies with this process
+        # First: the server dies with this process. Then the main module (multiprocessing's own default, which a list
+        # replaces): imported once by the server, so a child does not run it again from disk (the CLI's imports, each
+        # task; a file edited while the export runs would fail every later task's start). Last: what the server holds
+        # is frozen out of its children's garbage collections.
+        ctx.set_forkserver_preload(["harness.pool._forkserver", "__main__", *preload, "harness.pool._freeze"])
     pool = [_Worker(init, initargs, log, ctx) for _ in range(max(1, min(workers, len(queue))))]
     retiring: list[tuple[_Worker, float]] = []  # fresh workers whose task is done, exiting on their own
     beat = time.monotonic()

@@ -176,7 +176,7 @@ def readme(r: Readme) -> str:
     ]
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], r.counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
-    lines += _runtime_summary(r.folded, columns, cases, r.unmeasured)
+    lines += _runtime_summary(r.folded, columns, cases, r.unmeasured, r.rewrites)
     lines += _beside_lines(r.beside)
     if r.figures:
         lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in r.figures] + [""]
@@ -339,7 +339,8 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
         "",
         f"Measured, not declared: one `Add` node at every IR version {first['irs'][0]}–{first['irs'][-1]} × opset "
         f"{first['opsets'][0]}–{first['opsets'][-1]} (all that onnx {first['onnx']} writes), loaded and run once on "
-        "each runtime's CPU provider. The refusal is the runtime's own first words past its frontier."
+        "each runtime's CPU provider. The refusal is the runtime's own first words past its frontier (shortened; "
+        "`frontier.json` holds them whole)."
         + (f" Here {said}." if said else ""),
         "",
     ]
@@ -352,12 +353,21 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
                 pin,
                 result.get("max_ir") if result.get("max_ir") is not None else "none",
                 result.get("max_opset") if result.get("max_opset") is not None else "none",
-                _md_escape("; ".join(f"{_at(r)}{r['text']}" for r in reasons[:2]))
+                _md_escape("; ".join(f"{_at(r)}{_ends(r['text'], 120)}" for r in reasons[:2]))
                 or f"none: loads every model onnx {result.get('onnx', '?')} writes",
             ]
         )
     lines += [tabulate(table, headers=["runtime", "highest IR", "highest opset", "refusal past it"], tablefmt="github"), ""]
     return lines
+
+
+def _ends(text: str, limit: int) -> str:
+    """A long message cut in its middle: its start (what failed) and its end (the runtime's own limit) both stay."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    half = (limit - 3) // 2
+    return f"{text[:half].rstrip()} … {text[-half:].lstrip()}"
 
 
 def _rewrite_lines(rewrites: Sequence[Rewrite]) -> list[str]:
@@ -416,7 +426,7 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
                 f"**{best.exporter} opset {best.opset}**"
                 if best
                 else f"none (closest: {a.options[0].exporter} {closest(a.options[0])})",
-                *((str(o.opset) if o.ok else f"none ({closest(o)})") if (o := mine.get(e)) else "" for e in exporters),
+                *(_exporter_cell(a, o, closest) if (o := mine.get(e)) else "" for e in exporters),
             ]
         )
     answered = {(a.runtime, a.provider) for a in answers}
@@ -450,10 +460,25 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
     ]
 
 
-def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str], unmeasured: Mapping[str, str]) -> list[str]:
-    """Per runtime × exporter × opset: cases whose every probe passes / cases, then the failing ones by
-    status; a column not measured here (one runtime-wide record) shows its status and, once, why."""
+def _exporter_cell(a: recommend.Answer, o: recommend.Option, closest: Any) -> str:
+    """An exporter's best opset on one runtime: ``21``, ``none (dynamo writes IR 10; 1.17.3 loads up to IR 9)``, or
+    ``none (opset 18: 1 fails (…))``."""
+    if o.ok:
+        return str(o.opset)
+    why = a.cannot_load(o.exporter)
+    return f"none ({_md_escape(why) if why else closest(o)})"
+
+
+def _runtime_summary(
+    per_case: pd.Series, columns: list[str], cases: list[str], unmeasured: Mapping[str, str], rewrites: Sequence[Rewrite] = ()
+) -> list[str]:
+    """Per runtime × exporter × opset: cases whose every probe passes / cases counted, then the failing ones by
+    status; a column not measured here (one runtime-wide record) shows its status and, once, why. Counted as
+    ``harness recommend`` counts (:func:`harness.answer.recommend.counted_row`): a case that does not apply to the
+    exporter is not counted, and a case the exporter wrote at another opset than the one asked is counted with
+    that row's verdict."""
     combos = sorted({(e, o) for _, e, o, _ in per_case.index}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
+    written = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
     rows = []
     details = []
     order = {c: i for i, c in enumerate(cases)}
@@ -462,18 +487,21 @@ def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str], 
             rows.append([column, *(why.split(":")[0] for _ in combos)])
             details += [f"- **{column}** not measured here: {_md_escape(why)}", ""]
             continue
+        try:
+            mine = per_case.loc[column]
+        except KeyError:
+            mine = per_case.iloc[:0]
+        by_artifact = {(e, o, c): [_Folded(Status(v))] for (e, o, c), v in mine.items()}
         row = [column]
-        failing_lines = []
+        failing_lines: list[tuple[str, int, int, str]] = []
         for exporter, opset in combos:
-            try:
-                got = per_case.loc[(column, exporter, opset)]
-            except KeyError:
+            counted = recommend.counted_row(by_artifact, exporter, opset, written)
+            if not counted:
                 row.append("")
                 continue
-            passed = int((got == Status.PASS.value).sum())
-            row.append(f"{passed}/{len(got)}")
-            bad = got[got != Status.PASS.value]
-            if bad.empty:
+            bad = {c: got[0].status.value for c, got in counted.items() if not recommend.passes(got)}
+            row.append(f"{len(counted) - len(bad)}/{len(counted)}")
+            if not bad:
                 continue
             by_status: dict[str, list[str]] = {}
             for case, status in sorted(bad.items(), key=lambda kv: order.get(kv[0], 0)):
@@ -482,19 +510,46 @@ def _runtime_summary(per_case: pd.Series, columns: list[str], cases: list[str], 
                 f"{Status(st).symbol} {st} ({len(names)}): " + ", ".join(names)
                 for st, names in sorted(by_status.items(), key=lambda kv: -Status(kv[0]).severity)
             )
-            failing_lines.append(f"- **{exporter} opset {opset}**, {len(bad)} failing: {text}")
+            failing_lines.append((exporter, opset, len(bad), text))
         rows.append(row)
-        details += [f"<details><summary>{column}: the failing cases</summary>", "", *failing_lines, "", "</details>", ""]
+        details += [f"<details><summary>{column}: the failing cases</summary>", "", *_merged(failing_lines), "", "</details>", ""]
     return [
         "## Summary per runtime",
         "",
-        "Cases whose every probe passes, of the cases measured, per runtime × exporter × opset. "
-        "Below the table, each runtime's failing cases by status (click to open).",
+        "Cases whose every probe passes, of the cases counted, per runtime × exporter × opset: the same count as "
+        "`harness recommend` and the page (a case that does not apply to an exporter is not counted; one the exporter "
+        "wrote at another opset than the one asked counts with that row). Below the table, each runtime's failing cases "
+        "by status (click to open).",
         "",
         tabulate(rows, headers=["runtime", *(f"{e} {o}" for e, o in combos)], tablefmt="github", disable_numparse=True),
         "",
         *details,
     ]
+
+
+def _merged(failing: Sequence[tuple[str, int, int, str]]) -> list[str]:
+    """One line per run of an exporter's consecutive opsets whose failing cases are the same (``torchscript opset
+    20–23``): at every opset each exporter writes, most neighbours fail alike, and the README must stay readable."""
+    runs: list[list[tuple[str, int, int, str]]] = []
+    for item in failing:
+        last = runs[-1][-1] if runs else None
+        if last and last[0] == item[0] and last[3] == item[3] and item[1] == last[1] + 1:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    lines = []
+    for run in runs:
+        exporter, first, n, text = run[0]
+        opsets = f"opset {first}" if len(run) == 1 else f"opsets {first}–{run[-1][1]}"
+        lines.append(f"- **{exporter} {opsets}**, {n} failing{' at each' if len(run) > 1 else ''}: {text}")
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class _Folded:
+    """A case's worst status on one column × exporter × opset, as :func:`recommend.counted_row` reads a cell."""
+
+    status: Status
 
 
 def _trend_lines(trend: list[dict[str, Any]], last: int = 30) -> list[str]:
@@ -643,14 +698,31 @@ def _failing_lines(df: pd.DataFrame) -> list[str]:
     ]
     shown = schema.failing_columns()
     keys = ["exporter", "opset", "status", *(f.name for f in shown)]
+    # The columns that decide what to do first (the optimizer, the reproducer, where it starts), the long ones last:
+    # the first error line, then the runtimes (a range where they follow one another).
+    first = {"first error line": 2, "starts at": 1}
+    order = sorted((i for i, f in enumerate(shown) if f.column is not None), key=lambda i: first.get(shown[i].column.header, 0))  # type: ignore[union-attr]
+    everyone = runtime_order(df["column"])
     rows = []
     for (exporter, opset, status, *values), g in failing.groupby(keys, sort=True):
         probes = ",".join(sorted(set(g["probe"])))
-        runtimes = ", ".join(runtime_order(g["column"]))
-        row = [exporter, opset, f"{Status(status).symbol} {status}", _md_escape(probes), runtimes]
-        rows.append(row + [_column_text(f.column, v) for f, v in zip(shown, values, strict=True) if f.column is not None])
-    headers = ["exporter", "opset", "status", "probes", "runtimes", *(f.column.header for f in shown if f.column is not None)]
+        runtimes = _runtime_span(runtime_order(g["column"]), everyone)
+        row = [exporter, opset, f"{Status(status).symbol} {status}", _md_escape(probes)]
+        rows.append(row + [_column_text(shown[i].column, values[i]) for i in order] + [runtimes])  # type: ignore[arg-type]
+    headers = ["exporter", "opset", "status", "probes", *(shown[i].column.header for i in order), "runtimes"]  # type: ignore[union-attr]
     return [*lines, tabulate(rows, headers=headers, tablefmt="github"), ""]
+
+
+def _runtime_span(columns: Sequence[str], everyone: Sequence[str]) -> str:
+    """``1.18.1–1.32.0`` for runtimes that follow one another in the table's order; the others listed."""
+    at = {c: i for i, c in enumerate(everyone)}
+    runs: list[list[str]] = []
+    for c in columns:
+        if runs and at.get(c, -9) == at.get(runs[-1][-1], -9) + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(r) for r in runs)
 
 
 def _column_text(column: schema.Column, value: Any) -> str:

@@ -30,9 +30,6 @@ _MORE = "__HARNESS_MORE_DETAILS__"
 """Where the template's list of a cell's details ends: the schema's details the script does not lay out itself
 (:func:`harness.core.schema.page_rows`) are listed there, label and value."""
 # The README's emoji need an emoji font; the page keeps to characters every text font has.
-_SYMBOLS = {Status.PASS: "✓", Status.CRASH: "✗", Status.TIMEOUT: "∞"}
-
-
 class _Interned:
     """Values stored once, referred to by index."""
 
@@ -54,7 +51,8 @@ _CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_r
 
 
 def _answer(a: Answer) -> dict[str, Any]:
-    """One runtime × provider's answer: its options best first, each ``[exporter, opset, cases that apply,
+    """One runtime × provider's answer (``unloadable``: exporter → the one reason nothing it writes loads here): its
+    options best first, each ``[exporter, opset, cases that apply,
     failing, [skipped], [up to 6 failing names], corpus passing, corpus total, [[case, opset written]]]``."""
     selection = re.sub(r"^\d+ cases?: | \(--all.*\)$", "", a.selection)
     return {
@@ -63,6 +61,7 @@ def _answer(a: Answer) -> dict[str, Any]:
         "selection": selection,
         "frontier": a.frontier or "",
         "best": bool(a.best),
+        "unloadable": dict(a.unloadable),
         "options": [
             [
                 o.exporter,
@@ -81,10 +80,16 @@ def _answer(a: Answer) -> dict[str, Any]:
 
 
 def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
-    """``{"loads": "loads up to IR 9 / opset 19", "loads_short": "IR≤9 op≤19"}`` for a measured frontier."""
+    """``{"loads": "loads up to IR 9 / opset 19", "loads_short": "IR≤9 op≤19", "max_ir": 9, "max_opset": 19}`` for a
+    measured frontier (the numbers: the grid's "failures within what the runtime loads")."""
     if not result or result.get("max_ir") is None:
         return {}
-    return {"loads": describe(result), "loads_short": f"IR≤{result['max_ir']} op≤{result['max_opset']}"}
+    return {
+        "loads": describe(result),
+        "loads_short": f"IR≤{result['max_ir']} op≤{result['max_opset']}",
+        "max_ir": result["max_ir"],
+        "max_opset": result["max_opset"],
+    }
 
 
 def _reproducer(pin: str, column: str, constraints: Sequence[str]) -> dict[str, str]:
@@ -106,6 +111,7 @@ def data(
     frontier: Mapping[str, Mapping[str, Any]] | None = None,
     answers: Sequence[Answer] = (),
     beside: Sequence[Mapping[str, Any]] = (),
+    home: str | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
     ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
@@ -130,9 +136,10 @@ def data(
         "profile": environment.get("profile"),
         "wall_seconds": environment.get("wall_seconds"),
         "partial": list(environment.get("partial") or []),
+        "home": home,  # the main table's page, from a profile's folder inside its results (../index.html)
         "beside": list(beside),  # harness.answer.published.published_beside: columns of profiles published inside this one
         "counts": dict(counts),
-        "statuses": [[s.value, _SYMBOLS.get(s, s.symbol), legend[s]] for s in statuses],
+        "statuses": [[s.value, s.symbol, legend[s]] for s in statuses],  # the README's symbols: one set
         "columns": [
             {
                 "runtime": pin,

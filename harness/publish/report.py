@@ -201,7 +201,7 @@ def _build(
     beside = published_beside(results)
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
-        frontier=loads, answers=safe, beside=beside,
+        frontier=loads, answers=safe, beside=beside, home=_home(results),
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -219,6 +219,12 @@ def _build(
     verdicts = _verdicts(cells, exports)
     _write_case_pages(stage, results, markdown.case_pages(df, exports, verdicts, profile, environment))
     return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems)
+
+
+def _home(results: Path) -> str | None:
+    """``../index.html`` for a profile published in a folder inside the main table's (``results/openvino/``)."""
+    parent = results.resolve().parent
+    return "../index.html" if (parent / "matrix.jsonl").is_file() and (parent / "index.html").is_file() else None
 
 
 def _cards(exports: Iterable[ExportRecord]) -> dict[str, dict[str, str]]:

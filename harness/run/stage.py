@@ -164,7 +164,7 @@ class _Column:
                 cut_short = self.latency(appender)
         finally:
             appender.close()
-        layout.write_shard(self.path, [*self.cells.values(), *self.kept])
+        layout.write_shard(self.path, [*self.cells.values(), *self.kept], appender.lines)
         self.stats.cells, self.stats.wall = len(self.cells), time.perf_counter() - t_start
         if not self.damaged:  # else not sealed: the report refuses a shard that lacks these artifacts' cells
             self.seal(latency, cut_short)
