@@ -200,7 +200,8 @@ def main() -> int:
         return 2
     args = _arguments()
     ep, options = PROVIDERS[args.provider]
-    print(f"{ARTIFACT}: onnxruntime {ort.__version__}, numpy {np.__version__}, {ep}, atol {ATOL}, rtol {RTOL}")
+    graph = "graph optimizations off (ORT_DISABLE_ALL)" if args.disable_optimizations else "graph optimizations on (the default)"
+    print(f"{ARTIFACT}: onnxruntime {ort.__version__}, numpy {np.__version__}, {ep}, {graph}, atol {ATOL}, rtol {RTOL}")
     try:
         sess = _session(ep, options, not args.disable_optimizations)
     except Refused as stop:
