@@ -163,7 +163,7 @@ def missing_column(runtime: str, provider: str, cells: Sequence[CellRecord], sou
     if runtimes.provider(provider).nvidia:
         return (
             f"--provider {provider}: {measured}; no {provider} column is published beside {source}: GPU results come from "
-            "a run on a machine with an NVIDIA GPU (docs/gpu.md), published in results/gpu/"
+            "a run on a machine with an NVIDIA GPU (bench/gpu_check.sh, docs/runtimes.md), published in results/gpu/"
         )
     return f"--provider {provider}: {measured}; no {provider} column is published beside {source}"
 
