@@ -570,11 +570,7 @@ def _recommend(args: argparse.Namespace) -> int:
 
 def _ranges(opsets: tuple[int, ...]) -> str:
     """``(13, 17, 18, 19, 20)`` → ``opsets 13, 17–20``."""
-    runs: list[list[int]] = []
-    for o in sorted(opsets):
-        if runs and o == runs[-1][-1] + 1:
-            runs[-1].append(o)
-        else:
-            runs.append([o])
-    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+    from harness.answer.published import consecutive
+
+    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in consecutive(sorted(opsets)))
     return f"opset{'s' * (len(opsets) > 1)} {said}"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.build import lock
 from harness.config import runtimes
@@ -303,7 +303,7 @@ def worst(cells: Iterable[CellRecord]) -> Status:
     return max((c.status for c in cells), key=lambda s: s.severity)
 
 
-def why(cells: list[CellRecord]) -> str:
+def why(cells: Sequence[CellRecord]) -> str:
     """One line for a failing group of cells: worst status, which probes hit it, and its first error line."""
     status = worst(cells)
     hit = [c for c in cells if c.status is status]
@@ -311,6 +311,26 @@ def why(cells: list[CellRecord]) -> str:
     where = "every probe" if len(hit) == len(cells) else ",".join(probes)
     line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), "")
     return f"{status.value} on {where}" + (f": {shorten(line)}" if line else "")
+
+
+_T = TypeVar("_T")
+
+
+def runs(items: Iterable[_T], follows: Callable[[_T, _T], bool]) -> list[list[_T]]:
+    """``items`` cut into runs, each item in the run of the one before it where ``follows(before, item)``: what
+    ``18–28``, ``opsets 20–23`` and ``1.18.1–1.32.0`` are said of."""
+    out: list[list[_T]] = []
+    for item in items:
+        if out and follows(out[-1][-1], item):
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
+
+
+def consecutive(values: Sequence[int]) -> list[list[int]]:
+    """Runs of consecutive integers: ``[17, 18, 19, 21]`` → ``[[17, 18, 19], [21]]``."""
+    return runs(values, lambda a, b: b == a + 1)
 
 
 def shorten(text: str, limit: int = 160) -> str:

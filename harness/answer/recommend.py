@@ -16,14 +16,17 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from harness.answer.published import group_by, runtime_order, why
+from harness.answer.published import consecutive, group_by, runtime_order, why
 from harness.build import frontier
 from harness.config import runtimes
 from harness.config.matrix import version_tuple
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
+
+_Cell = TypeVar("_Cell")
+"""A cell as a count reads it: a :class:`CellRecord`, or anything with a ``status``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,10 +261,8 @@ def recommend(
     combos = sorted({(c.exporter, c.opset) for c in column})
     options = [_option(by_artifact, exp, opset, cases, loads, rewrites or {}) for exp, opset in combos]
     unloadable = tuple((e, why) for e in sorted({c.exporter for c in column}) if (why := _unloadable(column, e, loads)))
-    # An exporter that loads nothing here comes last, whatever its counts: its closest is no answer.
-    options.sort(
-        key=lambda o: (not o.ok, o.exporter in dict(unloadable), len(o.failing), -o.opset, -o.corpus_pass, o.exporter)
-    )
+    blocked = dict(unloadable)  # an exporter that loads nothing here comes last, whatever its counts
+    options.sort(key=lambda o: (not o.ok, o.exporter in blocked, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
     frontier_line = frontier.describe(loads) + " (measured)" if loads else None
     return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter, unloadable)
 
@@ -290,8 +291,8 @@ def _unloadable(column: Sequence[CellRecord], exporter: str, loads: Mapping[str,
 
 
 def _span(values: Sequence[int]) -> str:
-    """``10`` / ``18–28`` / ``7, 9``: a run of consecutive numbers as a range."""
-    if len(values) > 1 and values[-1] - values[0] == len(values) - 1:
+    """``10`` / ``18–28`` / ``7, 9``: numbers that are one run of consecutive numbers as a range."""
+    if len(values) > 1 and len(consecutive(values)) == 1:
         return f"{values[0]}–{values[-1]}"
     return ", ".join(map(str, values))
 
@@ -334,7 +335,7 @@ def _option(
     of the opset the exporter wrote; and the whole corpus's passes there (the tie-break)."""
     failing, skipped, written = [], [], []
     for case in cases:
-        got = by_artifact.get((exp, opset, case))
+        got: Sequence[CellRecord] | None = by_artifact.get((exp, opset, case))
         if not got:
             got, wrote = _written_row(by_artifact, rewrites, exp, opset, case)
             if got:
@@ -362,7 +363,7 @@ def counted_row(
     for case, e, asked in rewrites:  # the same export, recorded under the opset written
         if (e, asked) != (exp, opset) or case in corpus:
             continue
-        got = by_artifact.get((exp, rewrites[(case, e, asked)], case))
+        got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
         if got and not all(c.status is Status.SKIPPED for c in got):
             corpus[case] = got
     return corpus
@@ -374,12 +375,12 @@ def passes(cells: Sequence[Any]) -> bool:
 
 
 def _written_row(
-    by_artifact: Mapping[tuple[Any, ...], list[CellRecord]],
+    by_artifact: Mapping[tuple[Any, ...], Sequence[_Cell]],
     rewrites: Mapping[tuple[str, str, int], int],
     exporter: str,
     opset: int,
     case: str,
-) -> tuple[list[CellRecord], int]:
+) -> tuple[Sequence[_Cell], int]:
     """Where ``exporter``, asked for ``opset``, wrote another opset for ``case``: that row's cells and the opset
     written (``[]`` when it did not, or the row is not in the table)."""
     wrote = rewrites.get((case, exporter, opset))

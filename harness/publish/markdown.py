@@ -17,7 +17,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from harness.answer import recommend
-from harness.answer.published import runtime_key, shorten
+from harness.answer.published import runs, runtime_key, shorten
 from harness.build import layout
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
@@ -530,15 +530,9 @@ def _runtime_summary(
 def _merged(failing: Sequence[tuple[str, int, int, str]]) -> list[str]:
     """One line per run of an exporter's consecutive opsets whose failing cases are the same (``torchscript opset
     20–23``): at every opset each exporter writes, most neighbours fail alike, and the README must stay readable."""
-    runs: list[list[tuple[str, int, int, str]]] = []
-    for item in failing:
-        last = runs[-1][-1] if runs else None
-        if last and last[0] == item[0] and last[3] == item[3] and item[1] == last[1] + 1:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
+    alike = runs(failing, lambda a, b: (a[0], a[3], a[1] + 1) == (b[0], b[3], b[1]))
     lines = []
-    for run in runs:
+    for run in alike:
         exporter, first, n, text = run[0]
         opsets = f"opset {first}" if len(run) == 1 else f"opsets {first}–{run[-1][1]}"
         lines.append(f"- **{exporter} {opsets}**, {n} failing{' at each' if len(run) > 1 else ''}: {text}")
@@ -716,13 +710,8 @@ def _failing_lines(df: pd.DataFrame) -> list[str]:
 def _runtime_span(columns: Sequence[str], everyone: Sequence[str]) -> str:
     """``1.18.1–1.32.0`` for runtimes that follow one another in the table's order; the others listed."""
     at = {c: i for i, c in enumerate(everyone)}
-    runs: list[list[str]] = []
-    for c in columns:
-        if runs and at.get(c, -9) == at.get(runs[-1][-1], -9) + 1:
-            runs[-1].append(c)
-        else:
-            runs.append([c])
-    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(r) for r in runs)
+    folded = runs(columns, lambda a, b: at.get(b, -9) == at.get(a, -9) + 1)
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(r) for r in folded)
 
 
 def _column_text(column: schema.Column, value: Any) -> str:

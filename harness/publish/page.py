@@ -29,7 +29,8 @@ _TOKEN = "__HARNESS_DATA__"
 _MORE = "__HARNESS_MORE_DETAILS__"
 """Where the template's list of a cell's details ends: the schema's details the script does not lay out itself
 (:func:`harness.core.schema.page_rows`) are listed there, label and value."""
-# The README's emoji need an emoji font; the page keeps to characters every text font has.
+
+
 class _Interned:
     """Values stored once, referred to by index."""
 
@@ -52,8 +53,8 @@ _CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_r
 
 def _answer(a: Answer) -> dict[str, Any]:
     """One runtime × provider's answer (``unloadable``: exporter → the one reason nothing it writes loads here): its
-    options best first, each ``[exporter, opset, cases that apply,
-    failing, [skipped], [up to 6 failing names], corpus passing, corpus total, [[case, opset written]]]``."""
+    options best first, each ``[exporter, opset, cases that apply, failing, [skipped], [up to 6 failing names],
+    corpus passing, corpus total, [[case, opset written]]]``."""
     selection = re.sub(r"^\d+ cases?: | \(--all.*\)$", "", a.selection)
     return {
         "runtime": a.runtime,
