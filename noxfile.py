@@ -74,12 +74,17 @@ def _options(posargs: list[str]) -> argparse.Namespace:
     try:
         check_options(ns, ROOT)  # an empty --cases, an --out that is the project itself: one line before anything runs
         MATRIX.profile(ns.profile)
-        ns.requirements = corpus.requirements_of(MATRIX, ns.with_, plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus), ROOT)
+        ns.requirements = corpus.requirements_of(MATRIX, ns.with_, _corpus(ns), ROOT)
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
     if ns.results is None:  # the default profile is the published table; the others stay in the build folder
         ns.results = str(MATRIX.profile(ns.profile).results(ns.out))
     return ns
+
+
+def _corpus(ns: argparse.Namespace) -> list[str]:
+    """The run's corpus: the profile's own (or matrix.toml's modules), then --corpus files."""
+    return plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus, MATRIX.profile(ns.profile))
 
 
 def _pip_find_links() -> str | None:
@@ -272,7 +277,7 @@ def matrix(session: nox.Session) -> None:
         profile,
         ROOT / ns.out,
         ROOT / ns.results,
-        corpus=plan.corpus_sources(MATRIX, ns.corpus, ns.only_corpus),
+        corpus=_corpus(ns),
         cases=cases,
         force=ns.force,
         requirements=ns.requirements,
@@ -318,6 +323,9 @@ def polygraphy_bench(session: nox.Session) -> None:
     session.run("python", str(ROOT / "bench" / "polygraphy_bench.py"), *session.posargs)  # e.g. -- --build build --sample 40
 
 
+ARCHITECTURES = corpus.declared_requirements("models.architectures", ROOT)
+"""What the architectures corpus needs (its REQUIREMENTS): the tests session installs it beside torch."""
+
 UNIT_PKGS = [*REFERENCE_PKGS, f"onnx=={MATRIX.export.onnx}", *REPORT_PKGS, "pytest>=8"]
 """What the unit tests need: no torch, no browser, no nox or uv (tests that need one skip or are deselected)."""
 
@@ -335,6 +343,7 @@ def tests(session: nox.Session) -> None:
     """ruff, mypy, then pytest (real torch, real onnxruntime, real nox + uv)."""
     _install_torch(session)
     session.install(*EXPORT_PKGS, *REPORT_PKGS, *TEST_PKGS)
+    _install_torch(session, *ARCHITECTURES)  # transformers: the tests build every real architecture once
     _harness(session)
     session.run("ruff", "check", "harness", "models", "tests", "noxfile.py")
     session.run("mypy", "harness")

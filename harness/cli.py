@@ -233,7 +233,7 @@ def parser() -> argparse.ArgumentParser:
 def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
     from harness.build.plan import corpus_sources
 
-    return corpus_sources(matrix, args.corpus, args.only_corpus)
+    return corpus_sources(matrix, args.corpus, args.only_corpus, matrix.profile(args.profile))
 
 
 def _cases(args: argparse.Namespace) -> list[str] | None:
@@ -393,7 +393,7 @@ def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
     registry = corpus.load(_corpus(matrix, args), _root(args))
     for case in registry:
-        tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else "")
+        tag = f"fixes {case.fixes}" if case.fixes else (case.card.symptom if case.card else case.title)
         print(f"{case.name:<32} {tag}")
     print(f"{len(registry)} cases")
     return _problems(registry.problems)
@@ -457,7 +457,7 @@ def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
     from harness.publish import report
 
     results = Path(args.results) if args.results else profile.results(out)
-    print(report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus, partial=args.partial))
+    print(report.build(out, results, profile=profile, wall=args.wall, builtin=matrix.corpus_of(profile), partial=args.partial))
     return 0
 
 
@@ -549,6 +549,9 @@ def _recommend(args: argparse.Namespace) -> int:
     # A runtime only a profile of its own measured: that profile's table.
     if args.results is None and (found := recommend.table_for(args.runtime, source)) != source:
         _note(f"answering from {found} (the profile that measured {args.runtime})")
+        source = found
+    if args.results is None and _cases(args) and (found := recommend.cases_table(_cases(args) or [], source)) != source:
+        _note(f"answering from {found} (the profile that measured {args.cases})")
         source = found
     with _reading(source):  # a damaged table is one line naming it (its optional files beside it are skipped)
         if partial := published.read_partial(source):

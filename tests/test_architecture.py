@@ -38,6 +38,7 @@ ENVIRONMENTS = {
     "harness.publish.report": {"torch", "onnxscript", "onnxruntime", "transformers"},
     "harness.answer.recommend": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
+    "harness.answer.models": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
 }
 """Entry point → the libraries its environment does not hold: the run environments hold one runtime and numpy,
 the report's pandas, tabulate and numpy, and ``harness recommend`` and ``harness diff`` answer from the files

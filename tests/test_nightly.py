@@ -180,7 +180,7 @@ def test_no_expression_is_pasted_into_a_script(workflow: dict[str, Any]) -> None
         assert "${{" not in script, f"job {job}: an expression inside a run script (pass it through env):\n{script}"
     for job, script in scripts(workflow):
         for line in script.splitlines():
-            if re.search(r"\bnox -s\b|\bharness (jobs|gather)\b", line):
+            if re.search(r"\bnox -s\b|\bharness (jobs|gather)\b", line) and job != "architectures":  # a table of its own
                 assert '--profile "$PROFILE"' in line, f"job {job}: every stage runs the same profile: {line.strip()}"
 
 
@@ -212,10 +212,19 @@ def test_the_run_jobs_come_from_the_export_job(workflow: dict[str, Any]) -> None
 
 def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     gather, deploy = workflow["jobs"]["gather"], workflow["jobs"]["deploy"]
-    assert set(needs(workflow, "gather")) == {"export", "run"}
+    assert set(needs(workflow, "gather")) == {"export", "run", "architectures"}
     assert gather["if"] == "${{ !cancelled() && needs.export.result == 'success' }}", "failed runtimes are published too"
     downloads = [s["with"] for s in steps_using(workflow, "gather", "actions/download-artifact")]
-    assert downloads == [{"name": "export", "path": "build"}, {"pattern": "shard-*", "path": "incoming"}]
+    assert downloads == [
+        {"name": "export", "path": "build"},
+        {"pattern": "shard-*", "path": "incoming"},
+        {"name": "architectures", "path": "site/architectures"},  # inside the site before its report: linked from it
+    ]
+    steps = gather["steps"]
+    (architectures,) = [s for s in steps if s.get("with", {}).get("name") == "architectures"]
+    assert architectures["if"] == "${{ needs.architectures.result == 'success' }}", "a failed table costs itself only"
+    report = script_with(workflow, "gather", 'nox -s report -- --profile "$PROFILE" --results site --partial')
+    assert steps.index(architectures) < [s.get("run") for s in steps].index(report)
     order = [
         # a job that did not finish is left out and the table says PARTIAL, never published as whole
         script_with(workflow, "gather", 'python -m harness gather --out build --profile "$PROFILE" --partial'),
@@ -233,6 +242,14 @@ def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
     assert [s["uses"] for s in deploy["steps"]] == ["actions/deploy-pages@v4"]
+
+
+def test_the_architectures_table_is_one_job_of_its_own_profile(workflow: dict[str, Any]) -> None:
+    script = script_with(workflow, "architectures", "nox -s matrix -- --profile architectures")
+    assert "--results site-architectures" in script and '"${force[@]}"' in script
+    (upload,) = steps_using(workflow, "architectures", "actions/upload-artifact")
+    assert upload["with"]["name"] == "architectures" and upload["with"]["path"].rstrip("/") == "site-architectures"
+    assert load(ROOT / "matrix.toml").profile("architectures").corpus == ("models.architectures",)
 
 
 def test_every_action_is_pinned_to_a_major_version(workflow: dict[str, Any]) -> None:
@@ -300,7 +317,7 @@ def test_the_diff_step_records_a_regression_and_fails_on_bad_input(tmp_path: Pat
 
 def test_the_sessions_it_names_exist(workflow: dict[str, Any]) -> None:
     named = {m for _, script in scripts(workflow) for m in re.findall(r"\bnox -s ([A-Za-z_]\w*)", script)}
-    assert named == {"export", "report"}
+    assert named == {"export", "report", "matrix"}  # matrix: the architectures table, one job
     # A bare `nox -l --json` lists only the selected sessions (nox.options.sessions = ["matrix"]);
     # `-s` lists the named ones, and exits 3 "Sessions not found" when one is not in the noxfile.
     listed = nox("-l", "--json", "-s", *sorted(named))

@@ -609,3 +609,41 @@ def test_script_compare_rule(matrix: tuple[Path, Path, list[CellRecord], list[Ex
         repro.compare([np.array([1 + 1j], np.complex64)], [np.array([1 + 2j], np.complex64)])
         == "1/2 elements differ, max abs diff 1"
     )
+
+
+def test_a_refusal_the_frontier_explains_shares_the_frontiers_own_model(
+    matrix: tuple[Path, Path, list[CellRecord], list[ExportRecord]],
+) -> None:
+    """Two artifacts of IR 13 / opset 17, refused at load only where the runtime loads up to IR 10 (the frontier says
+    so), share ``repro/frontier/ir13.op17/``: the frontier's one-node model, no copy of theirs; an artifact that also
+    fails for another reason keeps a folder of its own, and so does one whose refusal the frontier does not explain."""
+    from harness.build import frontier
+
+    build, results, cells, exports = matrix
+    frontier.write_models(build)
+    f32 = TensorProto.FLOAT
+    io_ = ([helper.make_tensor_value_info("x", f32, [2])], [helper.make_tensor_value_info("y", f32, [2])])
+    x = np.array([1.0, -2.0], np.float32)
+    newer = [
+        _artifact(
+            build, name, _model([helper.make_node("Neg", ["x"], ["y"])], *io_, ir_version=13), {"example": ({"x": x}, [-x])}
+        )
+        for name in ("newer_a", "newer_b")
+    ]
+    refused = "Unsupported model IR version: 13, max supported IR version: 10"
+    more = [c for rec in newer for c in _cells(rec, OLD, {"example": Status.LOAD_FAIL}, error_line=refused)]
+    loads = {OLD: {"runtime": OLD, "max_ir": 10, "max_opset": 21}, NEW: {"runtime": NEW, "max_ir": 11, "max_opset": 25}}
+    written = write_repros(build, results, [*cells, *more], [*exports, *newer], CONSTRAINTS, loads=loads)
+
+    assert written["newer_a.dynamo.op17"] == written["newer_b.dynamo.op17"] == "repro/frontier/ir13.op17"
+    assert written["future_ir.dynamo.op17"] == "repro/future_ir.dynamo.op17", "IR 99: no frontier model stands for it"
+    assert written["floor_div.dynamo.op17"] == "repro/floor_div.dynamo.op17", "a mismatch keeps its own model"
+    shared = results / "repro" / "frontier" / "ir13.op17"
+    assert (shared / "model.onnx").read_bytes() == (frontier.models_dir(build) / "ir13.op17.onnx").read_bytes()
+    assert not (results / "repro" / "newer_a.dynamo.op17").exists()
+    text = (shared / "README.txt").read_text()
+    assert "newer_a.dynamo.op17, newer_b.dynamo.op17" in text and f"- {OLD}: 2 artifacts" in text
+    assert 'pip install "onnxruntime==1.17.3" "numpy<2"' in text
+    # the folder is a reproducer like the others: its script runs its model on the installed runtime
+    proc = _run(shared / "repro.py")
+    assert proc.returncode in (0, 1) and ("LOAD-FAIL" in proc.stdout) == (proc.returncode == 1), proc.stdout + proc.stderr

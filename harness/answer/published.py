@@ -116,7 +116,10 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
     from collections import Counter
 
     rows: list[dict[str, Any]] = []
+    others = {t["folder"] for t in tables_beside(results)}
     for table in sorted(results.glob("*/matrix.jsonl")):
+        if table.parent.name in others:  # another corpus: a table of its own, not more columns of this one
+            continue
         env = _json_beside("environment", table)
         machine_facts = _json_beside("device", table)
         counts: dict[tuple[str, str], Counter[str]] = {}
@@ -141,6 +144,20 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def tables_beside(results: Path) -> list[dict[str, Any]]:
+    """The tables of another corpus published in folders inside ``results`` (``results/architectures/``: real
+    models, not the gotchas): its folder, profile and case count, for the main table to link. A folder whose cases
+    are this table's (the GPU's, OpenVINO's) holds more columns of this table instead (:func:`published_beside`)."""
+    own = set(_json_beside("cases", results / "matrix.jsonl"))
+    out = []
+    for table in sorted(results.glob("*/matrix.jsonl")):
+        cases = set(_json_beside("cases", table))
+        if cases and not cases & own:
+            profile = _json_beside("environment", table).get("profile") or table.parent.name
+            out.append({"folder": table.parent.name, "profile": profile, "cases": len(cases)})
+    return out
 
 
 def _json_beside(name: str, table: Path) -> dict[str, Any]:

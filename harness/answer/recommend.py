@@ -186,6 +186,31 @@ def _same_file(given: str, recorded: str) -> bool:
     return n > 0 and a[-n:] == b[-n:] and Path(given).suffix == ".py"
 
 
+def by_title(given: str, measured: Sequence[str], cards: Mapping[str, Mapping[str, str]]) -> str:
+    """A case's name as given, or the name of the measured case whose title it is (``Llama (decode step)`` →
+    ``llama_step``; case and spaces ignored); else ``given`` as it is."""
+    if given in measured:
+        return given
+    want = " ".join(given.split()).casefold()
+    return next((m for m in measured if " ".join(cards.get(m, {}).get("title", "").split()).casefold() == want), given)
+
+
+def cases_table(cases: Sequence[str], source: str) -> str:
+    """The published table that measured every one of ``cases`` (names or titles): ``source`` when it did, else the
+    first profile folder beside it that did (``results/architectures/`` for ``--cases "Llama (decode step)"``), so
+    a real model's answer needs no ``--results``; ``source`` when none did (its refusal names the nearest)."""
+    import json
+
+    for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
+        try:
+            cards = json.loads(Path(table).with_name("cases.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(cards, dict) and all(by_title(c, list(cards), cards) in cards for c in cases):
+            return table
+    return source
+
+
 def select(
     cells: Sequence[CellRecord],
     cards: Mapping[str, Mapping[str, str]],
@@ -202,9 +227,11 @@ def select(
     chosen: list[str] = []
     said: list[str] = []
     if cases:
+        cases = [by_title(c, measured, cards) for c in cases]
         unknown = [c for c in cases if c not in measured]
         if unknown:
-            hints = {u: difflib.get_close_matches(u, measured, n=1) for u in unknown}
+            titles = {cards.get(m, {}).get("title", ""): m for m in measured} | {m: m for m in measured}
+            hints = {u: difflib.get_close_matches(u, [t for t in titles if t], n=1) for u in unknown}
             hint = "; ".join(f"{u!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for u, h in hints.items())
             raise HarnessError(f"--cases: not in {source}: {hint}; `harness list` names the corpus")
         chosen += cases

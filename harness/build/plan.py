@@ -33,9 +33,10 @@ from harness.build import cache, frontier, layout, stamps
 from harness.config.matrix import Matrix, Profile, Runtime
 
 
-def corpus_sources(matrix: Matrix, extra: Sequence[str] = (), only: bool = False) -> list[str]:
-    """The corpus of a run: matrix.toml's modules (unless ``only``) then ``extra`` files."""
-    base = [] if only else list(matrix.corpus)
+def corpus_sources(matrix: Matrix, extra: Sequence[str] = (), only: bool = False, profile: Profile | None = None) -> list[str]:
+    """The corpus of a run: the built-in corpus (the profile's own, else matrix.toml's modules; none with ``only``)
+    then ``extra`` files."""
+    base = [] if only else list(matrix.corpus_of(profile))
     return base + [c for c in extra if c not in base]
 
 
@@ -97,7 +98,7 @@ def plan(
             runs[rt.id] = frontier.why_stale(out, rt.id)
     report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
     if report_why is None:
-        report_why = _report_why(out, profile, results, matrix.corpus)
+        report_why = _report_why(out, profile, results, matrix.corpus_of(profile))
     return Plan(export_why, runs, report_why)
 
 

@@ -124,6 +124,10 @@ class Case:
         train_mode: Export in training mode (a gotcha of its own).
         claims: Where the gotcha was reproduced (:class:`Claim`); the tests
             assert each one.
+        title: How the table names the model (``Llama (decode step)``); ``recommend --cases`` takes it as well
+            as the name. Empty: the name.
+        about: A real model's card: what it is and what its export needs (dynamic axes, cache, attention);
+            shown on its page. A case with ``about`` and no ``card`` is a model with no gotcha of its own.
         probe_files: Glob patterns, relative to the case's file, of real
             samples to probe with: each ``.npz`` is one probe (its keys are the
             input names), each ``.npy`` one probe of the first input; the probe
@@ -150,6 +154,8 @@ class Case:
     train_mode: bool = False
     claims: tuple[Claim, ...] = ()
     probe_files: tuple[str, ...] = ()
+    title: str = ""
+    about: str = ""
     source_file: str = ""
     source_dir: str = ""
 
@@ -321,7 +327,8 @@ def register(case: Case) -> Case:
         raise HarnessError(
             "register() was called outside a corpus load; list the file under [corpus] in matrix.toml or pass --corpus"
         )
-    case = dataclasses.replace(case, source_file=_loading_file, source_dir=_loading_dir)
+    # A case may name its own file (a package's family module); by default it is the corpus source being loaded.
+    case = dataclasses.replace(case, source_file=case.source_file or _loading_file, source_dir=case.source_dir or _loading_dir)
     try:
         for pattern in case.probe_files:
             if not sorted(Path(case.source_dir).glob(pattern)):

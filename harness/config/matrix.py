@@ -116,6 +116,9 @@ class Profile:
     results_dir: str = ""
     """``results = "results/openvino"``: where its report is published, inside the project; empty: ``results/``
     for the default profile, the build folder for the others (:meth:`results`)."""
+    corpus: tuple[str, ...] = ()
+    """``corpus = ["models.architectures"]``: the profile's own corpus, in place of ``[corpus] modules``; empty:
+    those modules."""
 
     def opsets_of(self, exporter: str) -> tuple[int, ...]:
         """The opsets ``exporter`` is asked for in this profile."""
@@ -230,6 +233,10 @@ class Matrix:
         if kind.options_key == "options":
             out.update(runtimes.provider(name).precision_options.get(precision, {}))
         return out
+
+    def corpus_of(self, profile: Profile | None) -> tuple[str, ...]:
+        """The built-in corpus of a run of ``profile``: its own ``corpus`` where it names one, else ``[corpus] modules``."""
+        return profile.corpus if profile is not None and profile.corpus else self.corpus
 
     def profile(self, name: str) -> Profile:
         try:
@@ -535,7 +542,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         run=_run_settings(_Reader(file, "run", top.get("run", dict, {}))),
         latency=_latency_settings(_Reader(file, "latency", top.get("latency", dict, {}))),
         runtimes=declared,
-        profiles={name: _profile(file, top, name, raw, by_pin) for name, raw in profiles_raw.items()},
+        profiles={name: _profile(file, top, name, raw, by_pin, path.resolve().parent) for name, raw in profiles_raw.items()},
         provider_options=_provider_options(file, top.get("providers", dict, {})),
     )
 
@@ -679,13 +686,13 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
     return tuple(declared)
 
 
-def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, Runtime]) -> Profile:
+def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, Runtime], root: Path) -> Profile:
     """One ``[profiles.<name>]``: declared runtimes, providers and precisions some runtime of it runs, opsets each
     exporter writes."""
     if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
         top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
     pp = _Reader(file, f"profiles.{name}", raw)
-    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results")
+    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus")
     prof_runtimes = []
     for j, ref in enumerate(pp.strings("runtimes")):
         rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
@@ -705,7 +712,13 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     results = pp.get("results", str, "")
     if results and (Path(results).is_absolute() or ".." in Path(results).parts or not Path(results).parts):
         pp.fail(f"results = {results!r} must be a folder inside the project (results/{name}); fix it", "results")
-    return Profile(name, tuple(prof_runtimes), providers, exporters, opsets, precisions, () if same else per_exporter, results)
+    corpus = pp.strings("corpus", []) if "corpus" in raw else ()
+    for source in corpus:
+        if problem := corpus_problem(root, source):
+            pp.fail(f"{source!r} {problem}", "corpus")
+    return Profile(
+        name, tuple(prof_runtimes), providers, exporters, opsets, precisions, () if same else per_exporter, results, corpus
+    )
 
 
 def _check_columns(pp: _Reader, prof_runtimes: Sequence[Runtime], providers: Sequence[str], precisions: Sequence[str]) -> None:

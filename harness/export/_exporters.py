@@ -569,6 +569,10 @@ def _card(case: corpus_mod.Case) -> dict[str, str]:
     card = case.card.to_dict() if case.card else {}
     if case.fixes:
         card["fixes"] = case.fixes
+    if case.title:
+        card["title"] = case.title
+    if case.about:
+        card["about"] = case.about
     if tuple(case.exporters) != corpus_mod.EXPORTERS:  # applies to these only: the others' cells are `skipped`
         card["exporters"] = ",".join(case.exporters)
         card["skip_reason"] = case.skip_reason

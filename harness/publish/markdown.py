@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import recommend
+from harness.answer import models, recommend
 from harness.answer.published import runs, runtime_key, shorten
 from harness.build import layout
 from harness.config import runtimes
@@ -154,6 +154,13 @@ class Readme:
     rewrites: Sequence[Rewrite]
     beside: Sequence[Mapping[str, Any]] = ()
     """:func:`harness.answer.published.published_beside`: the columns of profiles published in folders inside this one."""
+    per_model: Sequence[models.ModelAnswer] = ()
+    """The answer per real model (cases with a card of their own, ``about``): :func:`harness.answer.models.per_model`."""
+    findings: Sequence[models.Finding] = ()
+    """What fails among the real models, once per cause (:func:`harness.answer.models.findings`)."""
+    cards: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    tables: Sequence[Mapping[str, Any]] = ()
+    """:func:`harness.answer.published.tables_beside`: tables of another corpus published inside this one."""
 
 
 def readme(r: Readme) -> str:
@@ -163,6 +170,8 @@ def readme(r: Readme) -> str:
     columns = runtime_order(r.df["column"])
     lines = [
         *_head_lines(r, cases, columns),
+        *_model_lines(r.per_model),
+        *_finding_lines(r.findings, r.cards, r.runtimes, sorted(r.df["opset"].unique())),
         *tolerance_lines(r.exports, r.env.get("tolerance")),
         *_problem_lines(r.env.get("problems", [])),
         *_safe_lines(r.safe, r.unmeasured_pins),
@@ -191,8 +200,10 @@ def readme(r: Readme) -> str:
     ]
     cards = {rec.case: rec.card for rec in r.exports}
     for case in cases:
-        symptom = cards[case].get("symptom") or (f"fixed twin of {cards[case]['fixes']}" if cards[case].get("fixes") else "")
-        lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(symptom, 110))}" if symptom else ""))
+        card = cards[case]
+        said = card.get("symptom") or (f"fixed twin of {card['fixes']}" if card.get("fixes") else "")
+        said = said or (f"{card['title']}: {card.get('about', '').split(chr(10))[0]}" if card.get("title") else "")
+        lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(said, 110))}" if said else ""))
     lines += ["", "## Environment", "", "```json", json.dumps(r.env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
@@ -296,23 +307,95 @@ def _head_lines(r: Readme, cases: list[str], columns: list[str]) -> list[str]:
         "The same data as one filterable, sortable page: **[index.html](index.html)** (self-contained; open it from a clone, "
         "or from the project's GitHub Pages). Every cell, long format: [matrix.jsonl](matrix.jsonl).",
         "",
+        *(
+            f"Also published: **[{_md_escape(t['profile'])}]({t['folder']}/README.md)**, a table of {t['cases']} cases of "
+            f"another corpus (`nox -s matrix -- --profile {_md_escape(t['profile'])}`)."
+            for t in r.tables
+        ),
+        *([""] if r.tables else []),
+    ]
+
+
+def _model_lines(answers: Sequence[models.ModelAnswer]) -> list[str]:
+    """The exporter and opset to ship per model and runtime (runtimes that agree folded into one span)."""
+    if not answers:
+        return []
+    rows = [[f"[{_md_escape(a.title)}]({_page(a.case)})", f"`{a.case}`", _md_escape(models.by_runtime(a))] for a in answers]
+    return [
+        "## The answer per model",
+        "",
+        "For each model alone: the exporter and opset to ship on each runtime, the highest opset at which every one of its "
+        "probes passes (a tie going to the exporter under which more of the table passes); where none does, the closest "
+        'and its status. `harness recommend --runtime 1.20.1 --cases "Llama (decode step)"` (a title or a name) says '
+        "the same with every alternative and why it fails.",
+        "",
+        tabulate(rows, headers=["model", "case", "exporter and opset to ship, by onnxruntime"], tablefmt="github",
+                 disable_numparse=True),
+        "",
+    ]  # fmt: skip
+
+
+def _finding_lines(
+    found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
+) -> list[str]:
+    """What fails, once per cause, the causes that most models share first."""
+    if not found:
+        return []
+    return [
+        "## What fails, once per cause",
+        "",
+        "Every failing cell of the table, folded: the same exporter, status, probes and error (numbers and names aside) "
+        "is one cause, said once with every model, opset and runtime it holds for. A refusal at load that the runtime's "
+        "measured frontier explains is not repeated here (see what each runtime loads). Each cell's own error, where it "
+        "starts and its reproducer are on the model's page.",
+        "",
+        *(f"- {_md_escape(f.line(cards, pins, opsets))}" for f in found),
+        "",
     ]
 
 
 def case_pages(
-    df: pd.DataFrame, exports: list[ExportRecord], verdicts: dict[str, list[str]], profile: Profile, env: Mapping[str, Any]
+    df: pd.DataFrame,
+    exports: list[ExportRecord],
+    verdicts: dict[str, list[str]],
+    profile: Profile,
+    env: Mapping[str, Any],
+    findings: Sequence[models.Finding] = (),
+    cards: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, str]:
-    """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md``."""
+    """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md`` (a real model's with what fails for
+    it, once per cause, from ``findings``)."""
     columns = runtime_order(df["column"])
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
         by_case.setdefault(r.case, []).append(r)
     table = _fold_table(df)
     footer = f"Profile **{profile.name}**, generated {env['generated']} by `nox -s matrix` from the committed code."
+    pins = [rt.pin for rt in profile.runtimes]
+    opsets = sorted(df["opset"].unique())
+    mine = {case: [f for f in findings if case in f.cases] for case in by_case}
     return {
-        case: "\n".join([*_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]), footer, ""])
+        case: "\n".join(
+            [
+                *_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]),
+                *_own_findings(mine[case], cards or {}, pins, opsets),
+                footer,
+                "",
+            ]
+        )
         for case, recs in by_case.items()
     }
+
+
+def _own_findings(
+    found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
+) -> list[str]:
+    if not found:
+        return []
+    lines = ["## What fails for this model, once per cause", ""]
+    for f in found:
+        lines.append(f"- {_md_escape(f.line(cards, pins, opsets))}")
+    return [*lines, ""]
 
 
 def _page(case: str) -> str:
@@ -340,8 +423,7 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
         f"Measured, not declared: one `Add` node at every IR version {first['irs'][0]}–{first['irs'][-1]} × opset "
         f"{first['opsets'][0]}–{first['opsets'][-1]} (all that onnx {first['onnx']} writes), loaded and run once on "
         "each runtime's CPU provider. The refusal is the runtime's own first words past its frontier (shortened; "
-        "`frontier.json` holds them whole)."
-        + (f" Here {said}." if said else ""),
+        "`frontier.json` holds them whole)." + (f" Here {said}." if said else ""),
         "",
     ]
     table = []
@@ -602,7 +684,9 @@ def _case_section(
     verdicts: list[str],
 ) -> list[str]:
     """A case's page: its card, its claims, its row across runtimes, its export facts, its failing cells, its latency."""
-    lines = [f"# {case}", "", "[← the table](../README.md) · [the page](../index.html)", ""]
+    title = exports[0].card.get("title")
+    heading = f"# {case}" + (f": {_md_escape(title)}" if title else "")
+    lines = [heading, "", "[← the table](../README.md) · [the page](../index.html)", ""]
     lines += _card_lines(exports[0].card)
     if verdicts:
         lines += ["", "Where the gotcha was reproduced (the case's claims, checked against this table):", "", *verdicts]
@@ -617,6 +701,8 @@ def _case_section(
 
 def _card_lines(card: Mapping[str, str]) -> list[str]:
     lines = []
+    if card.get("about"):  # a real model's card: what it is, what its export needs (paragraphs kept)
+        lines += [_md_escape(" ".join(card["about"].split())), ""]
     if card.get("symptom"):
         for field in ("symptom", "cause", "fix", "source"):
             lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")

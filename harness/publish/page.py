@@ -48,7 +48,7 @@ class _Interned:
         return self._index[key]
 
 
-_CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file")
+_CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file", "title", "about")
 
 
 def _answer(a: Answer) -> dict[str, Any]:
@@ -113,6 +113,8 @@ def data(
     answers: Sequence[Answer] = (),
     beside: Sequence[Mapping[str, Any]] = (),
     home: str | None = None,
+    tables: Sequence[Mapping[str, Any]] = (),
+    ship: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
     ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
@@ -139,6 +141,8 @@ def data(
         "partial": list(environment.get("partial") or []),
         "home": home,  # the main table's page, from a profile's folder inside its results (../index.html)
         "beside": list(beside),  # harness.answer.published.published_beside: columns of profiles published inside this one
+        "tables": list(tables),  # harness.answer.published.tables_beside: tables of another corpus inside this one
+        "ship": dict(ship or {}),  # a real model alone: the exporter and opset to ship per runtime (answer.models.by_runtime)
         "counts": dict(counts),
         "statuses": [[s.value, s.symbol, legend[s]] for s in statuses],  # the README's symbols: one set
         "columns": [

@@ -34,8 +34,18 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import published, recommend
-from harness.answer.published import CASES, REWRITES, column_label, group_by, published_beside, runtime_order, why, worst
+from harness.answer import models, published, recommend
+from harness.answer.published import (
+    CASES,
+    REWRITES,
+    column_label,
+    group_by,
+    published_beside,
+    runtime_order,
+    tables_beside,
+    why,
+    worst,
+)
 from harness.build import cache, frontier, layout, lock, stamps
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
@@ -175,7 +185,8 @@ def _build(
     stage.folder(results)
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
-    repros = write_repros(out, results, cells, exports, constraints, stage)
+    loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
+    repros = write_repros(out, results, cells, exports, constraints, stage, loads)
     ctx = _context(repros)
     _write_lines(stage, results / "matrix.jsonl", (schema.published(c, ctx) for c in sorted(raw, key=lambda c: c.key)))
     cards = _cards(exports)
@@ -194,14 +205,18 @@ def _build(
     folded = _fold_cases(df)
     names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
     figures = _plots(stage, results, folded, markdown.runtime_order(df["column"]), names, _runtime_axis(profile))
-    loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
     safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
     stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
-    beside = published_beside(results)
+    beside, tables = published_beside(results), tables_beside(results)
+    real = [case for case in dict.fromkeys(r.case for r in exports) if cards.get(case, {}).get("about")]
+    per_model = models.per_model(cells, real, loads, rewritten, cards) if real else []
+    mine = set(real)
+    causes = models.findings([c for c in cells if c.case in mine], loads, providers=len({c.provider for c in cells}))
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
-        frontier=loads, answers=safe, beside=beside, home=_home(results),
+        frontier=loads, answers=safe, beside=beside, home=_home(results), tables=tables,
+        ship={a.case: models.by_runtime(a) for a in per_model},
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -212,12 +227,13 @@ def _build(
             df, exports, environment, counts, profile, folded, safe, trend, figures,
             unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
             unmeasured_pins=unmeasured, loads=loads, runtimes=[rt.pin for rt in profile.runtimes], rewrites=rewrites,
-            beside=beside,
+            beside=beside, per_model=per_model, findings=causes, cards=cards, tables=tables,
         )
     )  # fmt: skip
     stage.write_text(results / "README.md", text)
     verdicts = _verdicts(cells, exports)
-    _write_case_pages(stage, results, markdown.case_pages(df, exports, verdicts, profile, environment))
+    pages = markdown.case_pages(df, exports, verdicts, profile, environment, findings=causes, cards=cards)
+    _write_case_pages(stage, results, pages)
     return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems)
 
 
@@ -323,6 +339,11 @@ def _verdicts(cells: list[CellRecord], exports: list[ExportRecord]) -> dict[str,
     return {r.case: markdown.claims_lines(r, by_case.get(r.case, []), newest) for r in exports}
 
 
+def _builtin(source: str, builtin: tuple[str, ...]) -> bool:
+    """A case of the built-in corpus: from one of its sources, or from a module of one of its packages."""
+    return any(source == b or source.startswith(b + ".") for b in builtin)
+
+
 def _summary_line(
     cells: list[CellRecord], exports: list[ExportRecord], counts: Mapping[str, int], results: Path,
     cards: Mapping[str, Mapping[str, str]], builtin: tuple[str, ...], providers: int, manifest: Mapping[str, Any],
@@ -334,7 +355,7 @@ def _summary_line(
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         + f" → {results} (open {results / 'index.html'})"
     )
-    mine = list(dict.fromkeys(r.case for r in exports if cards.get(r.case, {}).get("source_file") not in builtin))
+    mine = list(dict.fromkeys(r.case for r in exports if not _builtin(cards.get(r.case, {}).get("source_file", ""), builtin)))
     if mine:
         summary += "\n\n" + your_models(cells, mine, cards, providers)
     for problem in manifest.get("problems", []):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +36,18 @@ def parameters(rec: ExportRecord) -> bytes:
     """``repro.json``: what the copied script cannot know by itself, the artifact, its tolerances, and the
     ``--provider`` choices (every column an onnxruntime package runs, with its execution provider and the
     options its precision sets: :func:`harness.config.runtimes.reproducer_columns`)."""
+    outputs = {str(k): dict(v) for k, v in sorted(rec.output_tolerance.items())}
+    return parameters_of(rec.key.id, float(rec.atol), float(rec.rtol), None if rec.scaled is None else float(rec.scaled), outputs)
+
+
+def parameters_of(artifact: str, atol: float, rtol: float, scaled: float | None, outputs: Mapping[str, Any]) -> bytes:
+    """``repro.json`` from its values (:func:`parameters` of an artifact; a shared folder's own)."""
     given = {
-        "artifact": rec.key.id,
-        "atol": float(rec.atol),
-        "rtol": float(rec.rtol),
-        "scaled": None if rec.scaled is None else float(rec.scaled),
-        "outputs": {str(k): dict(v) for k, v in sorted(rec.output_tolerance.items())},
+        "artifact": artifact,
+        "atol": atol,
+        "rtol": rtol,
+        "scaled": scaled,
+        "outputs": dict(outputs),
         "providers": {col: [ep, dict(opts)] for col, (ep, opts) in _COLUMNS.items()},
     }
     return (json.dumps(given, indent=1, sort_keys=True) + "\n").encode("utf-8")

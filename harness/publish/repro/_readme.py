@@ -61,6 +61,32 @@ def readme(
     return "\n".join(lines) + "\n"
 
 
+def frontier_readme(name: str, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> str:
+    """README.txt of a shared folder (``repro/frontier/ir10.op18/``): why one model stands for every artifact listed."""
+    ir, opset = name.removeprefix("ir").split(".op")
+    artifacts = sorted({c.artifact.id for c in cells})
+    text = (
+        f"Shared reproducer: a model of IR version {ir} and opset {opset}, refused at load. Every cell below is an "
+        f"exported model of IR version {ir} and opset {opset} that its runtime refused at load for that alone: the "
+        "runtime's measured frontier (the newest IR version and opset it loads, results/frontier.json) is below it. "
+        f"model.onnx is the frontier's own one-node model (Add) at IR version {ir} and opset {opset}, which these "
+        "runtimes refuse the same way; the exported models are in build/artifacts/ of a run, and the table names "
+        "each cell's own error."
+    )
+    lines = [*_wrap(text, "", ""), "", f"{MARKER} from the compatibility matrix; do not edit by hand.", ""]
+    lines += [f"Artifacts ({len(artifacts)}):", *_wrap(", ".join(artifacts), "    ", "    "), ""]
+    by_pin: dict[str, set[str]] = {}
+    for c in cells:
+        by_pin.setdefault(c.runtime, set()).add(c.artifact.id)
+    lines += ["Refused at load on:", ""]
+    lines += [
+        f"- {pin}: {len(ids)} artifact{'s' * (len(ids) != 1)}"
+        for pin, ids in sorted(by_pin.items(), key=lambda kv: runtime_key(kv[0]))
+    ]
+    lines += ["", "Reproduce, one fresh environment per runtime pin (exit status 1: refused at load, as the cells were):", ""]
+    return "\n".join([*lines, *_commands(cells, constraints)]) + "\n"
+
+
 _WEIGHTLESS = (
     f"Weights: zeros ({ZEROS}, a sparse file). Every cell below failed when the runtime loaded the model, which "
     "its graph decides (IR version, opsets, operators), not its weights; the outputs of a runtime that loads it "

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from harness.build import layout
+import numpy as np
+
+from harness.build import cache, frontier, layout
 from harness.core.records import CellRecord, ExportRecord, Status
-from harness.publish.repro._files import SCRIPT, ZEROS, data_sets, model_files, parameters, probe_order, recorded
-from harness.publish.repro._readme import readme
+from harness.publish.repro._files import SCRIPT, ZEROS, data_sets, model_files, parameters, parameters_of, probe_order, recorded
+from harness.publish.repro._readme import frontier_readme, readme
+from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import Publication
+
+SHARED = "frontier"
+"""``repro/frontier/ir<N>.op<M>/``: the one reproducer of every artifact of IR N and opset M whose every failing cell
+is a refusal at load that the runtime's measured frontier explains (:mod:`harness.build.frontier`)."""
 
 REPRO_DIR = "repro"
 """Folder under ``results/`` that holds one reproducer folder per failing artifact."""
@@ -28,10 +36,17 @@ def write_repros(
     exports: Iterable[ExportRecord],
     constraints: Mapping[str, tuple[str, ...]],
     stage: Publication | None = None,
+    loads: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
     """Write ``results/repro/<artifact id>/`` into ``stage`` for every artifact with a failing cell; return
     artifact id → its folder relative to ``results`` (``"repro/nan_topk.dynamo.op18"``). Without ``stage``,
     ``results`` is published at once holding these folders alone.
+
+    With ``loads`` (runtime pin → its measured frontier), an artifact whose every failing cell is a refusal at load
+    that its runtime's frontier explains (an IR version or opset past what it loads) shares one folder per IR × opset,
+    ``repro/frontier/ir<N>.op<M>/``: the frontier's one-node model of that IR and opset, which those runtimes refuse
+    the same way. A table of real models, most of whose artifacts only newer runtimes load, then publishes a few
+    such folders instead of a copy of every model.
 
     ``build`` holds ``artifacts/<id>/{model.onnx, reference.npz}``; ``constraints`` maps a runtime pin
     (``"onnxruntime==1.17.3"``) to what must be installed beside it (``("numpy<2",)``). An artifact
@@ -46,7 +61,7 @@ def write_repros(
     if stage is None:
         alone = Publication(results)
         try:
-            at_once = write_repros(build, results, cells, exports, constraints, alone)
+            at_once = write_repros(build, results, cells, exports, constraints, alone, loads)
             alone.commit()
         except BaseException:
             alone.abort()
@@ -58,13 +73,51 @@ def write_repros(
         if cell.status in FAILING:
             failing.setdefault(cell.artifact.id, {})[cell.key] = cell
     written: dict[str, str] = {}
+    shared: dict[str, list[CellRecord]] = {}
     for art_id in sorted(failing):
         rec = records.get(art_id)
-        files = None if rec is None else _folder(build, rec, [failing[art_id][k] for k in sorted(failing[art_id])], constraints)
+        cells_ = [failing[art_id][k] for k in sorted(failing[art_id])]
+        if rec is not None and (name := _shared_name(build, rec, cells_, loads or {})) is not None:
+            shared.setdefault(name, []).extend(cells_)
+            written[art_id] = f"{REPRO_DIR}/{SHARED}/{name}"
+            continue
+        files = None if rec is None else _folder(build, rec, cells_, constraints)
         if files is not None:
             _install(stage, results / REPRO_DIR / art_id, files)
             written[art_id] = f"{REPRO_DIR}/{art_id}"
+    for name, cells_ in sorted(shared.items()):
+        _install(stage, results / REPRO_DIR / SHARED / name, _shared_folder(build, name, cells_, constraints))
     return written
+
+
+def _shared_name(build: Path, rec: ExportRecord, cells: list[CellRecord], loads: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """``ir10.op18`` where every failing cell of the artifact is a refusal at load its runtime's frontier explains and
+    the frontier wrote a model of that IR and opset; else None (the artifact gets a folder of its own)."""
+    ir, opset = rec.ir_version, rec.opset_actual
+    if ir is None or opset is None or not loads:
+        return None
+    for c in cells:
+        if c.status is not Status.LOAD_FAIL or frontier.explain(loads.get(c.runtime) or {}, ir, opset) is None:
+            return None
+    name = f"ir{ir}.op{opset}"
+    return name if (frontier.models_dir(build) / f"{name}.onnx").is_file() else None
+
+
+def _shared_folder(build: Path, name: str, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> Files:
+    """The frontier's model ``name`` (checked against its index), one test set (``y = x + x``), the README naming every
+    artifact and runtime it stands for, and repro.json."""
+    folder = frontier.models_dir(build)
+    index = cache.read_json(folder / frontier.INDEX) or {}
+    model = recorded(folder / f"{name}.onnx", (index.get("files") or {}).get(f"{name}.onnx"))
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    return {
+        layout.MODEL: model,
+        "test_data_set_0/input_0.pb": encode_tensor(x, "x"),
+        "test_data_set_0/output_0.pb": encode_tensor(x + x, "y"),
+        "test_data_set_0/probe.txt": b"example\n",
+        "README.txt": frontier_readme(name, cells, constraints).encode("utf-8"),
+        "repro.json": parameters_of(f"{SHARED}/{name}", 0.0, 0.0, None, {}),
+    }
 
 
 def _folder(build: Path, rec: ExportRecord, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> Files | None:
