@@ -209,6 +209,9 @@ def test_recommend_answers_for_a_model_by_its_title(rows: list[dict[str, Any]]) 
     for r in rows:
         if r["case"] == "llama_step" and r["runtime"] == "onnxruntime==1.20.1":
             passing.setdefault((r["exporter"], r["opset"]), set()).add(r["status"])
+    for w in json.loads((RESULTS / "rewrites.json").read_text()):  # asked for 28, dynamo wrote 18: that row answers 28
+        if w["case"] == "llama_step" and (w["exporter"], w["wrote"]) in passing:
+            passing[(w["exporter"], w["asked"])] = passing[(w["exporter"], w["wrote"])]
     best = max((o for (_, o), s in passing.items() if s == {"pass"}), default=None)
     if best is None:
         assert "recommended: none" in out.stdout

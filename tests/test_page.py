@@ -408,6 +408,33 @@ def test_a_profile_published_for_a_provider_of_its_own_opens_on_it_and_links_hom
         p.close()
     q = Page(chromium, PUBLISHED.as_uri())  # the main table: no way "back" from it
     try:
-        assert q.page.locator("#meta a").count() == 0
+        assert q.page.locator("#meta a", has_text="the main table").count() == 0
     finally:
         q.close()
+
+
+def test_a_real_model_named_by_its_title_shows_its_rows_and_the_answer_for_it_alone(chromium: Any) -> None:
+    """results/architectures/index.html: "=Llama (decode step)" keeps that case alone (not the prefill, whose name
+    "llama" the step's contains) and says the exporter and opset to ship it, as the README's answer per model does;
+    its cell's card is the family's."""
+    page_path = ROOT / "results" / "architectures" / "index.html"
+    if not page_path.exists():
+        pytest.fail(f"{page_path} is missing: run `nox -s matrix -- --profile architectures`")
+    readme = (page_path.parent / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| [Llama (decode step)]"))
+    answer = row.split("|")[3].strip()
+    p = Page(chromium, page_path.as_uri())
+    try:
+        _typed(p, "llama")
+        assert {r[0] for r in p.view()["rows"]} == {"llama", "llama_step"} and p.page.locator("#ship").is_hidden()
+        _typed(p, "=Llama (decode step)")
+        assert {r[0] for r in p.view()["rows"]} == {"llama_step"}
+        assert p.page.locator("#ship").text_content() == f"Llama (decode step) alone, the exporter and opset to ship: {answer}"
+        _typed(p, "=llama_step")
+        assert {r[0] for r in p.view()["rows"]} == {"llama_step"}
+        p.page.locator("#grid tbody td.c").first.click()
+        details = p.page.locator("#details").text_content() or ""
+        assert "grouped-query attention" in details and "to ship" in details
+        assert p.errors == [], p.errors
+    finally:
+        p.close()

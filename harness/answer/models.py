@@ -63,15 +63,24 @@ def per_model(
     return out
 
 
+_REACH = {"mismatch": 0, "run-fail": 1, "timeout": 2, "crash": 3, "load-fail": 4, "export-fail": 5}
+"""How far an export got before it failed, furthest first: the closest option for one model is the one that got
+furthest (it ran and mismatched), the highest opset among those; not the highest opset, which for a model that fails
+everywhere is merely the newest one the runtime refuses."""
+
+
 def _label(answer: recommend.Answer) -> str:
     best = answer.best
     if best is not None:
         return f"{best.exporter} {best.opset}"
     if not answer.options:
         return "none"
-    closest = answer.options[0]
-    status = closest.failing[0][1].split(" ", 1)[0] if closest.failing else "?"
-    return f"none (closest: {closest.exporter} {closest.opset}, {status})"
+
+    def status(option: recommend.Option) -> str:
+        return option.failing[0][1].split(" ", 1)[0] if option.failing else "?"
+
+    closest = min(answer.options, key=lambda o: (_REACH.get(status(o), len(_REACH)), -o.opset, o.exporter))
+    return f"none (closest: {closest.exporter} {closest.opset}, {status(closest)})"
 
 
 def by_runtime(answer: ModelAnswer) -> str:
@@ -100,20 +109,30 @@ class Finding:
     runtimes: tuple[str, ...]
     """Runtime pins (with the provider where the table has several: ``onnxruntime==1.24.1 openvino``)."""
 
-    def line(self, cards: Mapping[str, Mapping[str, str]], every_runtime: Sequence[str], every_opset: Sequence[int]) -> str:
-        models = ", ".join(title(c, cards) for c in self.cases)
+    def line(
+        self, cards: Mapping[str, Mapping[str, str]], every_runtime: Sequence[str], every_opset: Sequence[int], *, one: str = ""
+    ) -> str:
+        """The cause in one line, with every model it holds for; for model ``one``'s own page, how many others share it."""
         opsets = "every opset" if list(self.opsets) == sorted(every_opset) else _opsets(self.opsets)
         where = "every runtime" if len(self.runtimes) == len(every_runtime) else _runtimes(self.runtimes, every_runtime)
-        return f"{self.exporter} {opsets} on {where}: {self.status.symbol} {self.status.value}: {self.reason} — {models}"
+        text = f"{self.exporter} {opsets} on {where}: {self.status.symbol} {self.status.value}: {self.reason}"
+        if one:
+            others = len(self.cases) - 1
+            return text + (f" (and {others} other model{'s' * (others != 1)})" if others else "")
+        return f"{text} — {', '.join(title(c, cards) for c in self.cases)}"
 
 
-_NUMBER = re.compile(r"(?<![A-Za-z_])\d+(\.\d+)?(e[-+]?\d+)?")
+_NUMBER = re.compile(r"(?<!\w)\d+(\.\d+)?(e[-+]?\d+)?")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_ORT_CODE = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_NODE = re.compile(r"(while running \w+ node\. Name:'[^']*').*")
 
 
 def cause(text: str) -> str:
-    """An error line without what differs from model to model (numbers, quoted node and value names)."""
-    return _NUMBER.sub("#", _QUOTED.sub("'…'", text)).strip()
+    """An error line without what differs from model to model and from release to release: numbers, quoted node and
+    value names, onnxruntime's status code (``1 : FAIL`` on one release is ``6 : RUNTIME_EXCEPTION`` on another) and,
+    for a failing node, its message after the node's op type (reworded between releases)."""
+    return _NUMBER.sub("#", _QUOTED.sub("'…'", _NODE.sub(r"\1", _ORT_CODE.sub("", text)))).strip()
 
 
 def findings(

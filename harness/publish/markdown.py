@@ -378,7 +378,7 @@ def case_pages(
         case: "\n".join(
             [
                 *_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]),
-                *_own_findings(mine[case], cards or {}, pins, opsets),
+                *_own_findings(case, mine[case], cards or {}, pins, opsets),
                 footer,
                 "",
             ]
@@ -388,13 +388,13 @@ def case_pages(
 
 
 def _own_findings(
-    found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
+    case: str, found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
 ) -> list[str]:
     if not found:
         return []
     lines = ["## What fails for this model, once per cause", ""]
     for f in found:
-        lines.append(f"- {_md_escape(f.line(cards, pins, opsets))}")
+        lines.append(f"- {_md_escape(f.line(cards, pins, opsets, one=case))}")
     return [*lines, ""]
 
 
@@ -701,8 +701,9 @@ def _case_section(
 
 def _card_lines(card: Mapping[str, str]) -> list[str]:
     lines = []
-    if card.get("about"):  # a real model's card: what it is, what its export needs (paragraphs kept)
-        lines += [_md_escape(" ".join(card["about"].split())), ""]
+    if card.get("about"):  # a real model's card: what it is, what its export needs; its ``names`` as code
+        parts = " ".join(card["about"].split()).split("``")
+        lines += ["".join(_md_code(p) if i % 2 else _md_escape(p) for i, p in enumerate(parts)), ""]
     if card.get("symptom"):
         for field in ("symptom", "cause", "fix", "source"):
             lines.append(f"- **{field}**: {_md_escape(card.get(field, ''))}")
