@@ -329,6 +329,7 @@ def test_separate_shard_processes_gathered_equal_the_single_run(smoke: dict, bui
         for name in ("manifest.json", "export.stamp.json"):
             shutil.copy(export / name, dest / name)
         shutil.copytree(export / "artifacts", dest / "artifacts")
+        shutil.copytree(export / "frontier" / "models", dest / "frontier" / "models")  # the export job uploads them too
         return dest
 
     runners = {rt.id: export_copy(tmp_path / f"runner-{rt.id}" / "build") for rt in profile.runtimes}
@@ -345,7 +346,7 @@ def test_separate_shard_processes_gathered_equal_the_single_run(smoke: dict, bui
     for proc in procs:
         said, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, said[-3000:]
-    uploads = [runners[rt.id] / "shards" for rt in profile.runtimes]
+    uploads = [runners[rt.id] for rt in profile.runtimes]  # each job's shards/ and frontier/<id>.json, as it uploads them
 
     gathered = {}
     for name, order in (("forward", uploads), ("backward", uploads[::-1])):

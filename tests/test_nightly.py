@@ -200,12 +200,18 @@ def test_the_run_jobs_come_from_the_export_job(workflow: dict[str, Any]) -> None
 
     (upload,) = steps_using(workflow, "export", "actions/upload-artifact")
     assert upload["with"]["name"] == "export"
-    assert upload["with"]["path"].split() == ["build/manifest.json", "build/export.stamp.json", "build/artifacts/"]
+    assert upload["with"]["path"].split() == [
+        "build/manifest.json",
+        "build/export.stamp.json",
+        "build/artifacts/",
+        "build/frontier/models/",  # what each run job measures its runtime's frontier on
+    ]
     downloads = [s["with"] for s in steps_using(workflow, "run", "actions/download-artifact")]
     assert downloads == [{"name": "export", "path": "build"}]
     (shard,) = steps_using(workflow, "run", "actions/upload-artifact")
     assert shard["if"] == "always()", "a failing session still uploads what it wrote"
-    assert shard["with"]["name"] == "shard-${{ matrix.id }}" and shard["with"]["path"] == "build/shards/"
+    assert shard["with"]["name"] == "shard-${{ matrix.id }}"
+    assert shard["with"]["path"].split() == ["build/shards/", "build/frontier/*.json"], "its frontier travels with its shards"
     (cache,) = steps_using(workflow, "run", "actions/cache")
     assert cache["if"] == "${{ !matrix.gpu }}", "a GPU runtime's GBs of wheels stay out of the repository's 10 GB cache"
 

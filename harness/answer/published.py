@@ -154,7 +154,7 @@ def tables_beside(results: Path) -> list[dict[str, Any]]:
     out = []
     for table in sorted(results.glob("*/matrix.jsonl")):
         cases = set(_json_beside("cases", table))
-        if cases and not cases & own:
+        if cases and own and not cases & own:  # both say their cases, and none is shared
             profile = _json_beside("environment", table).get("profile") or table.parent.name
             out.append({"folder": table.parent.name, "profile": profile, "cases": len(cases)})
     return out

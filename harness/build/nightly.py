@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, layout
+from harness.build import cache, frontier, layout
 from harness.config.matrix import Profile
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord
@@ -125,7 +125,32 @@ def gather(
             stale.unlink(missing_ok=True)
     if missing:
         echo(f"gather: no whole shard for {', '.join(missing)}: the report refuses to publish without them (or --partial)")
+    _gather_frontiers(out, profile, sources, echo)
     return written
+
+
+def _gather_frontiers(out: Path, profile: Profile, sources: Sequence[Path], echo: Callable[[str], Any]) -> None:
+    """Each run job's measured frontier (``frontier/<runtime id>.json``, uploaded beside its shards) into ``out``, as a
+    single run has them: what each runtime loads, the table's explanation of a refusal at load and the reproducers
+    such refusals share. One measured on other frontier models than this export's, of a runtime the profile does not
+    have, or two different ones of one runtime, are left out and said: the report then says that runtime's frontier
+    is not measured, never a wrong one."""
+    digest = frontier.index_digest(out)
+    ids = {rt.id: rt.pin for rt in profile.runtimes}
+    found: dict[str, list[tuple[Path, Any]]] = {}
+    for src in sources:
+        for path in [] if src.is_file() else sorted(src.rglob("*.json")):
+            if path.parent.name == frontier.FOLDER and path.stem in ids:
+                found.setdefault(path.stem, []).append((path, cache.read_json(path)))
+    for runtime_id, copies in sorted(found.items()):
+        result = copies[0][1]
+        if any(other != result for _, other in copies[1:]):
+            echo(f"gather: {copies[0][0]} and {copies[1][0]} are two different frontiers of {runtime_id}: left out")
+        elif not isinstance(result, dict) or result.get("models") != digest or result.get("runtime") != ids[runtime_id]:
+            echo(f"gather: {copies[0][0]} was measured on other frontier models or another runtime: left out")
+        else:
+            cache.write_json(frontier.result_path(out, runtime_id), result)
+            echo(f"gather: {runtime_id}: its frontier ({frontier.describe(result)})")
 
 
 class _NotWhole(HarnessError):
