@@ -573,7 +573,6 @@ def _recommend(args: argparse.Namespace) -> int:
 
 def _ranges(opsets: tuple[int, ...]) -> str:
     """``(13, 17, 18, 19, 20)`` → ``opsets 13, 17–20``."""
-    from harness.answer.published import consecutive
+    from harness.answer.published import opset_ranges
 
-    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in consecutive(sorted(opsets)))
-    return f"opset{'s' * (len(opsets) > 1)} {said}"
+    return opset_ranges(opsets)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.answer import recommend
-from harness.answer.published import consecutive, group_by, runs, runtime_order, shorten, worst
+from harness.answer.published import group_by, opset_ranges, runs, runtime_order, shorten, worst_hit
 from harness.build import frontier
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
@@ -113,7 +113,7 @@ class Finding:
         self, cards: Mapping[str, Mapping[str, str]], every_runtime: Sequence[str], every_opset: Sequence[int], *, one: str = ""
     ) -> str:
         """The cause in one line, with every model it holds for; for model ``one``'s own page, how many others share it."""
-        opsets = "every opset" if list(self.opsets) == sorted(every_opset) else _opsets(self.opsets)
+        opsets = "every opset" if list(self.opsets) == sorted(every_opset) else opset_ranges(self.opsets)
         where = "every runtime" if len(self.runtimes) == len(every_runtime) else _runtimes(self.runtimes, every_runtime)
         text = f"{self.exporter} {opsets} on {where}: {self.status.symbol} {self.status.value}: {self.reason}"
         if one:
@@ -143,14 +143,11 @@ def findings(
     for (case, exporter, opset, pin, provider), group in group_by(
         cells, "case", "exporter", "opset", "runtime", "provider"
     ).items():
-        status = worst(group)
+        status, hit, probes, line = worst_hit(group)
         if status in (Status.PASS, Status.SKIPPED):
             continue
-        hit = [c for c in group if c.status is status]
         if status is Status.LOAD_FAIL and all(_explained(c, (loads or {}).get(pin)) for c in hit):
             continue  # past the runtime's measured frontier: said once per runtime, not per model
-        line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), "")
-        probes = "every probe" if len(hit) == len(group) else ",".join(sorted({c.probe for c in hit}))
         reason = f"on {probes}: {shorten(line, 200)}" if line else f"on {probes}"
         key = (exporter, status, cause(reason))
         entry = groups.setdefault(key, {"reason": reason, "cases": {}, "opsets": set(), "runtimes": set()})
@@ -166,11 +163,6 @@ def findings(
 
 def _explained(cell: CellRecord, loads: Mapping[str, Any] | None) -> bool:
     return bool(loads) and frontier.explain(loads or {}, cell.ir_version, cell.opset_actual or cell.opset) is not None
-
-
-def _opsets(opsets: Sequence[int]) -> str:
-    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in consecutive(sorted(opsets)))
-    return f"opset{'s' * (len(opsets) > 1)} {said}"
 
 
 def _runtimes(pins: Sequence[str], every: Sequence[str]) -> str:

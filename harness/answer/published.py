@@ -320,14 +320,26 @@ def worst(cells: Iterable[CellRecord]) -> Status:
     return max((c.status for c in cells), key=lambda s: s.severity)
 
 
-def why(cells: Sequence[CellRecord]) -> str:
-    """One line for a failing group of cells: worst status, which probes hit it, and its first error line."""
+def worst_hit(cells: Sequence[CellRecord]) -> tuple[Status, list[CellRecord], str, str]:
+    """A group of cells' worst status, the cells that have it, which probes they are (``every probe`` or a list) and
+    the first error line among them ("" where none says one)."""
     status = worst(cells)
     hit = [c for c in cells if c.status is status]
-    probes = sorted({c.probe for c in hit})
-    where = "every probe" if len(hit) == len(cells) else ",".join(probes)
-    line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), "")
+    where = "every probe" if len(hit) == len(cells) else ",".join(sorted({c.probe for c in hit}))
+    line = next((c.error_line or c.localization or c.note for c in hit if c.error_line or c.localization or c.note), None)
+    return status, hit, where, line or ""
+
+
+def why(cells: Sequence[CellRecord]) -> str:
+    """One line for a failing group of cells: worst status, which probes hit it, and its first error line."""
+    status, _, where, line = worst_hit(cells)
     return f"{status.value} on {where}" + (f": {shorten(line)}" if line else "")
+
+
+def opset_ranges(opsets: Sequence[int]) -> str:
+    """``(13, 17, 18, 19, 20)`` → ``opsets 13, 17–20``."""
+    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in consecutive(sorted(opsets)))
+    return f"opset{'s' * (len(opsets) > 1)} {said}"
 
 
 _T = TypeVar("_T")

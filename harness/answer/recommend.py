@@ -199,14 +199,14 @@ def cases_table(cases: Sequence[str], source: str) -> str:
     """The published table that measured every one of ``cases`` (names or titles): ``source`` when it did, else the
     first profile folder beside it that did (``results/architectures/`` for ``--cases "Llama (decode step)"``), so
     a real model's answer needs no ``--results``; ``source`` when none did (its refusal names the nearest)."""
-    import json
+    from harness.answer.published import read_cases
 
     for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
         try:
-            cards = json.loads(Path(table).with_name("cases.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            cards = read_cases(table)
+        except (HarnessError, OSError, ValueError, AttributeError):  # damaged: not the table that measured them
             continue
-        if isinstance(cards, dict) and all(by_title(c, list(cards), cards) in cards for c in cases):
+        if cards and all(by_title(c, list(cards), cards) in cards for c in cases):
             return table
     return source
 
