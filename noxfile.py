@@ -16,6 +16,7 @@ import argparse
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -100,12 +101,17 @@ def _pip_find_links() -> str | None:
     return links or None
 
 
+def _has_wheel(links: str, pattern: str) -> bool:
+    """Whether a find-links folder holds a wheel matching ``pattern``."""
+    return any(next(Path(p).glob(pattern), None) is not None for p in links.split())
+
+
 def _install_torch(session: nox.Session, *requirements: str) -> None:
     """torch's CPU build, never the multi-GB CUDA build: a local wheel if pip has one, else PyTorch's CPU index.
     ``requirements`` are resolved together with that pin, so none of them can bring another torch."""
     pin = f"torch=={MATRIX.export.torch}+cpu"
     links = _pip_find_links()
-    if links and any(Path(p).glob(f"torch-{MATRIX.export.torch}+cpu-*.whl") for p in links.split()):
+    if links and _has_wheel(links, f"torch-{MATRIX.export.torch}+cpu-*.whl"):
         session.install(pin, *requirements, env={"UV_FIND_LINKS": links})
     else:
         session.install(
@@ -143,7 +149,52 @@ def _has_editable_harness(session: nox.Session) -> bool:
 
 
 def _common(ns: argparse.Namespace) -> list[str]:
-    return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out]
+    release = ["--torch", ns.torch] if getattr(ns, "torch", None) else []
+    return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out, *release]
+
+
+TORCH_RELEASES = sorted({r for p in MATRIX.profiles.values() for r in p.torch}, key=lambda r: tuple(map(int, r.split("."))))
+"""Every torch release a profile lists: an export session each (``export_torch``), its environment made when its
+export runs and removed when it ends."""
+
+_TORCH_FAILED: list[str] = []
+"""The torch releases whose export did not finish in this `nox` invocation: their runs and report are not started."""
+
+TORCH_TIMINGS = "torch-timings.json"
+"""``<out>/torch/torch-timings.json``: per release, the seconds of its environment, its export and its removal
+(``bench/torch_bench.py`` prints them)."""
+
+
+def _with_release(ns: argparse.Namespace, release: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(ns), "torch": release})
+
+
+def _release_plan(ns: argparse.Namespace, release: str) -> plan.Plan:
+    """What one torch release of the profile has to do (its own matrix, build folder and table)."""
+    profile = MATRIX.profile(ns.profile)
+    cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None
+    return plan.plan(
+        MATRIX.for_torch(profile, release),
+        profile,
+        profile.torch_out(ROOT / ns.out, release),
+        ROOT / ns.results / release,
+        corpus=_corpus(ns),
+        cases=cases,
+        force=ns.force,
+        requirements=ns.requirements,
+        removed_env=release != MATRIX.export.torch,
+    )
+
+
+def _timing(ns: argparse.Namespace, release: str, **seconds: float) -> None:
+    path = ROOT / ns.out / "torch" / TORCH_TIMINGS
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault(release, {}).update({k: round(v, 1) for k, v in seconds.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 _LOCKS: list[lock.Lock] = []
@@ -157,24 +208,78 @@ _STOPPED: list[str] = []
 def export(session: nox.Session) -> None:
     """Export every case × exporter × opset of the profile (torch env, plus the export requirements)."""
     ns = _options(session.posargs)
+    started = time.time()
     try:
         _export_env(session, ns)
     except BaseException:  # a pin that does not exist (torch 9.9.9): nothing of this job may run on the last export
-        _STOPPED.append("the export environment did not install (see its error above)")
+        _stop(ns, "the export environment did not install (see its error above)")
         raise
-    corpus = [a for c in ns.corpus for a in ("--corpus", c)]
-    corpus += ["--only-corpus"] if ns.only_corpus else []
-    corpus += ["--cases", ns.cases] if ns.cases else []
-    corpus += ["--force"] if ns.force else []
-    corpus += [a for r in ns.with_ for a in ("--with", r)]
+    installed = time.time()
+    try:
+        session.run("harness", "export", *_common(ns), *_export_args(ns), env={"PYTHONUTF8": "1"})
+    except CommandFailed:
+        out = MATRIX.profile(ns.profile).torch_out(ROOT / ns.out, ns.torch) if ns.torch else ROOT / ns.out
+        manifest = out / "manifest.json"
+        if not manifest.is_file() or manifest.stat().st_mtime < installed:  # nothing exported: nothing to run
+            _stop(ns, "the export stopped (see its error above)")
+        raise
+    if ns.torch:
+        _timing(ns, ns.torch, environment=installed - started, export=time.time() - installed)
+
+
+def _export_args(ns: argparse.Namespace) -> list[str]:
+    """What ``harness export`` is handed of ``nox -s matrix -- ...``: the corpus, the cases, --force, --with."""
+    args = [a for c in ns.corpus for a in ("--corpus", c)]
+    args += ["--only-corpus"] if ns.only_corpus else []
+    args += ["--cases", ns.cases] if ns.cases else []
+    args += ["--force"] if ns.force else []
+    return args + [a for r in ns.with_ for a in ("--with", r)]
+
+
+def _stop(ns: argparse.Namespace, why: str) -> None:
+    """An export that did not finish: nothing of this job runs on it (of one torch release: only that release's)."""
+    if ns.torch:
+        _TORCH_FAILED.append(ns.torch)
+    else:
+        _STOPPED.append(why)
+
+
+@nox.session
+@nox.parametrize("release", [nox.param(r, id=r) for r in TORCH_RELEASES])
+def export_torch(session: nox.Session, release: str) -> None:
+    """Export one torch release of a profile that lists them, in an environment of its own: created for this export
+    and removed when it ends (``--keep-torch-envs`` keeps it), so that at most one extra torch is installed at a time.
+    The default torch (``[export] torch``) is exported by the ``export`` session instead."""
+    ns = _with_release(_options(session.posargs), release)
+    location = Path(getattr(session.virtualenv, "location", "") or "")
     started = time.time()
     try:
-        session.run("harness", "export", *_common(ns), *corpus, env={"PYTHONUTF8": "1"})
-    except CommandFailed:
-        manifest = ROOT / ns.out / "manifest.json"
-        if not manifest.is_file() or manifest.stat().st_mtime < started:  # nothing exported: nothing to run
-            _STOPPED.append("the export stopped (see its error above)")
+        _install_release(session, release, ns.requirements)
+        _harness(session)
+        installed = time.time()
+        session.run("harness", "export", *_common(ns), *_export_args(ns), env={"PYTHONUTF8": "1"})
+        _timing(ns, release, environment=installed - started, export=time.time() - installed)
+    except BaseException:
+        manifest = MATRIX.profile(ns.profile).torch_out(ROOT / ns.out, release) / "manifest.json"
+        if not manifest.is_file() or manifest.stat().st_mtime < started:  # a corpus problem still exports the rest
+            _TORCH_FAILED.append(release)
         raise
+    finally:
+        if not ns.keep_torch_envs and location.name.startswith("export_torch") and location.is_dir():
+            removing = time.time()
+            shutil.rmtree(location, ignore_errors=True)
+            session.log(f"torch {release}: removed its environment {location} (--keep-torch-envs keeps it)")
+            _timing(ns, release, removal=time.time() - removing)
+
+
+def _install_release(session: nox.Session, release: str, requirements: list[str]) -> None:
+    """torch ``release`` with the export pins: the CPU wheel where pip's find-links hold one, else the index's default
+    build (on Linux x86-64 PyPI's is the CUDA build: it imports and exports on a CPU, and needs no GPU)."""
+    links = _pip_find_links()
+    if links and _has_wheel(links, f"torch-{release}+cpu-*.whl"):
+        session.install(f"torch=={release}+cpu", *EXPORT_PKGS, *requirements, env={"UV_FIND_LINKS": links})
+    else:
+        session.install(f"torch=={release}", *EXPORT_PKGS, *requirements)
 
 
 def _export_env(session: nox.Session, ns: argparse.Namespace) -> None:
@@ -212,7 +317,14 @@ def run(session: nox.Session, runtime: str) -> None:
         session.install(*rt.requirements)
     _harness(session)
     extra = (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])
-    session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
+    releases = MATRIX.profile(ns.profile).torch
+    for release in releases:  # a profile with torch releases: each release's build in turn, where it has work
+        if release in _TORCH_FAILED:
+            session.log(f"torch {release}: its export did not finish: not run")
+        elif ns.force or _release_plan(ns, release).runs[rt.id] is not None:
+            session.run("harness", "run", *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
+    if not releases:
+        session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
 
 
 def _gpu_library_path(session: nox.Session) -> str:
@@ -239,6 +351,15 @@ def report(session: nox.Session) -> None:
     if started:
         wall = ["--wall", f"{time.time() - float(started):.1f}"]
     partial = ["--partial"] if ns.partial else []
+    releases = MATRIX.profile(ns.profile).torch
+    for release in releases:  # each release's table, then the table across them
+        if release in _TORCH_FAILED:
+            session.log(f"torch {release}: its export did not finish: its table is not reported (the summary says so)")
+        elif ns.force or _release_plan(ns, release).report is not None:
+            session.run("harness", "report", *_common(_with_release(ns, release)), "--results", ns.results, *partial)
+    if releases:
+        session.run("harness", "torch-report", *_common(ns), "--results", ns.results)
+        return
     session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
     if (ROOT / ns.results).resolve() == (ROOT / "results").resolve():  # the published table: the README states it
         session.run("harness", "readme", "--results", ns.results, "--readme", str(ROOT / "README.md"))
@@ -271,6 +392,9 @@ def matrix(session: nox.Session) -> None:
         session.error(str(exc))
     os.environ["HARNESS_MATRIX_STARTED"] = str(time.time())
     profile = MATRIX.profile(ns.profile)
+    if profile.torch:
+        _matrix_torch(session, ns)
+        return
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None
     todo = plan.plan(
         MATRIX,
@@ -296,6 +420,41 @@ def matrix(session: nox.Session) -> None:
     if todo.report:
         session.notify("report", session.posargs)
     if todo.idle:
+        session.log(f"nothing to do: {ns.results} is up to date (`nox -s matrix -- --force` redoes everything)")
+
+
+def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:
+    """A profile with torch releases: per release, its export (the default torch in the ``export`` session, the others
+    each in ``export_torch``), then each runtime's run session over every release that needs it, then the report of
+    each release and the table across them."""
+    from harness.answer import torch_table
+
+    profile = MATRIX.profile(ns.profile)
+    exports, runs, report = [], set(), False
+    for release in profile.torch:
+        todo = _release_plan(ns, release)
+        for line in todo.lines():
+            session.log(f"torch {release}: {line}")
+        if todo.export:
+            exports.append(release)
+        runs.update(rt for rt, why in todo.runs.items() if why)
+        report = report or todo.report is not None
+    stale = torch_table.why_stale(MATRIX, profile, ROOT / ns.results)
+    if stale:
+        session.log(f"torch-report: runs: {stale}")
+    if not exports and not runs:
+        os.environ.pop("HARNESS_MATRIX_STARTED", None)
+    for release in exports:
+        if release == MATRIX.export.torch:  # the default torch: the export session's environment, kept
+            session.notify("export", [*session.posargs, "--torch", release])
+        else:
+            session.notify(f"export_torch({release})", session.posargs)
+    for rt in profile.runtimes:
+        if rt.id in runs:
+            session.notify(f"run({rt.id})", session.posargs)
+    if report or stale:
+        session.notify("report", session.posargs)
+    if not (exports or runs or report or stale):
         session.log(f"nothing to do: {ns.results} is up to date (`nox -s matrix -- --force` redoes everything)")
 
 

@@ -34,6 +34,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _profile_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="profile of matrix.toml (default: default)")
     p.add_argument("--out", default="build", help="build directory (default: build)")
+    p.add_argument(
+        "--torch",
+        default=None,
+        metavar="X.Y.Z",
+        help="one torch release of a profile that lists them (its build folder is <out>/torch/X.Y.Z, its table <results>/X.Y.Z)",
+    )
 
 
 def _corpus_arg(p: argparse.ArgumentParser) -> None:
@@ -93,6 +99,11 @@ def matrix_options() -> argparse.ArgumentParser:
     _no_latency_arg(ap)
     _with_arg(ap)
     _partial_arg(ap, _PARTIAL_REPORT)
+    ap.add_argument(
+        "--keep-torch-envs",
+        action="store_true",
+        help="keep each torch release's export environment after its export (default: removed, one extra torch at a time)",
+    )
     return ap
 
 
@@ -185,6 +196,13 @@ def parser() -> argparse.ArgumentParser:
     _partial_arg(p, _PARTIAL_REPORT)
 
     p = sub.add_parser(
+        "torch-report",
+        help="the table across torch releases (README.md, index.html, torch.json) from each release's published table",
+    )
+    _common(p)
+    _results_arg(p)
+
+    p = sub.add_parser(
         "recommend",
         help="the highest opset and the exporter at which every selected case passes on one runtime × provider",
         description="Answers from a published table: the highest opset, and the exporter, at which every selected case "
@@ -207,6 +225,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cases", default=None, metavar="A,B", help="select these cases")
     p.add_argument("--all", action="store_true", help="select every case of the table (the gotchas included)")
+    p.add_argument(
+        "--torch",
+        default=None,
+        metavar="X.Y.Z",
+        help="answer for this torch release, from the torch profile's table of it (results/torch/X.Y.Z)",
+    )
 
     p = sub.add_parser(
         "diff",
@@ -288,6 +312,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     matrix = load(args.matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
+    if args.command in TORCH_SCOPED:  # one torch release of a profile that lists them: its own matrix, build and table
+        matrix = matrix.for_torch(profile, args.torch)
+        if args.torch is not None:
+            if args.command == "report":
+                args.results = str(
+                    profile.torch_results(out, args.torch) if args.results is None else Path(args.results) / args.torch
+                )
+            out = profile.torch_out(out, args.torch)
+    elif getattr(args, "torch", None) is not None:
+        raise HarnessError(f"--torch: `harness {args.command}` takes no torch release; drop it")
     if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.build.lock
         with contextlib.ExitStack() as held:
             held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
@@ -298,6 +332,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _stage(args, matrix, profile, out)
     return _stage(args, matrix, profile, out)
 
+
+TORCH_SCOPED = frozenset({"export", "run", "report", "plan"})
+"""The stages that act on one torch release of a profile that lists them (``--torch``)."""
 
 WALL_MAX = 30 * 86400
 """``--wall`` at most: 30 days of wall time (the default profile takes 15 minutes)."""
@@ -346,7 +383,7 @@ def out_problem(out: str | os.PathLike[str], root: Path) -> None:
         raise HarnessError(f"--out {str(out)!r} is inside the published results/; give a build folder such as --out build")
 
 
-WRITERS = ("export", "run", "report", "gather")
+WRITERS = ("export", "run", "report", "gather", "torch-report")
 """The commands that write the build folder."""
 
 
@@ -362,6 +399,7 @@ def _validate(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: P
         print(
             f"{prof.name}: {len(prof.runtimes)} runtimes, {shards} runtime × provider columns × "
             f"{len(exports)} exporter × opset ({asked}) = {shards * len(exports)} columns per case"
+            + (f", for each of torch {', '.join(prof.torch)}" if prof.torch else "")
         )
     print(f"{args.matrix}: ok")
     return 0
@@ -461,6 +499,20 @@ def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
     return 0
 
 
+def _torch_report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness.answer import torch_table
+
+    results = Path(args.results) if args.results else profile.results(out)
+    summary = torch_table.write(matrix, profile, results)
+    missing = [r["torch"] for r in summary["releases"] if r["problem"]]
+    print(
+        f"torch-report: {len(summary['releases'])} releases, {len(summary['changes'])} verdicts that change with the "
+        f"release, {len(summary['fallbacks'])} fallback exports → {results / 'README.md'}"
+        + (f"; not whole: {', '.join(missing)}" if missing else "")
+    )
+    return 1 if missing else 0
+
+
 _STAGES: dict[str, Callable[[argparse.Namespace, Matrix, Profile, Path], int]] = {
     "validate": _validate,
     "jobs": _jobs,
@@ -471,6 +523,7 @@ _STAGES: dict[str, Callable[[argparse.Namespace, Matrix, Profile, Path], int]] =
     "export": _export,
     "run": _run,
     "report": _report,
+    "torch-report": _torch_report,
 }
 
 
@@ -540,9 +593,32 @@ def _readme(args: argparse.Namespace) -> int:
     return 0
 
 
+def _torch_table(release: str, results: str | None) -> Path:
+    """The table of one torch release: ``<results>/<release>`` (by default the published ``results/torch/``)."""
+    from harness.answer import published
+
+    base = Path(results) if results else Path(published.default_results()) / "torch"
+    table = base / release
+    if (table / "matrix.jsonl").is_file():
+        return table
+    measured = sorted((p.name for p in base.glob("*") if (p / "matrix.jsonl").is_file()), key=_release_key)
+    listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
+    raise HarnessError(
+        f"--torch {release}: no table of torch {release} in {base} ({listed}); "
+        "add the release to [profiles.torch] torch and run `nox -s matrix -- --profile torch`"
+    )
+
+
+def _release_key(name: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in name.split("."))
+
+
 def _recommend(args: argparse.Namespace) -> int:
     from harness.answer import published, recommend
 
+    if args.torch is not None:
+        args.results = str(_torch_table(args.torch, args.results))
+        _note(f"answering from {args.results} (exported with torch {args.torch})")
     given = args.results or published.default_results()
     with _reading(given):
         source = str(published.table_path(given))

@@ -39,6 +39,7 @@ ENVIRONMENTS = {
     "harness.answer.recommend": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.models": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
+    "harness.answer.torch_table": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
 }
 """Entry point → the libraries its environment does not hold: the run environments hold one runtime and numpy,
 the report's pandas, tabulate and numpy, and ``harness recommend`` and ``harness diff`` answer from the files

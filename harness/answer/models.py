@@ -63,7 +63,7 @@ def per_model(
     return out
 
 
-_REACH = {"mismatch": 0, "run-fail": 1, "timeout": 2, "crash": 3, "load-fail": 4, "export-fail": 5}
+_REACH = {"fallback": -1, "mismatch": 0, "run-fail": 1, "timeout": 2, "crash": 3, "load-fail": 4, "export-fail": 5}
 """How far an export got before it failed, furthest first: the closest option for one model is the one that got
 furthest (it ran and mismatched), the highest opset among those; not the highest opset, which for a model that fails
 everywhere is merely the newest one the runtime refuses."""

@@ -31,6 +31,11 @@ REPORT_FILES = frozenset(
 """What a report writes in its folder: all of it is replaced by the next report (``tests/test_publish.py``
 checks that a real report writes nothing else)."""
 
+TORCH_SUMMARY = "torch.json"
+TORCH_TABLE_FILES = frozenset({"README.md", "index.html", TORCH_SUMMARY})
+"""What ``harness torch-report`` writes in a folder of torch release tables (``results/torch/``), beside the release
+tables themselves: with ``torch.json`` there, such a folder is a profile published inside a results folder."""
+
 KEPT = frozenset({lock.NAME, lock.STAGE, "device.json", "device_check.log"})
 """What a report's folder holds that the report does not write, and keeps: its locks, and the facts of the
 GPU machine that measured it (``bench/device_check.sh collect`` writes them beside its report)."""
@@ -60,11 +65,14 @@ def kept(results: Path) -> list[str]:
 def _kept(folder: Path) -> tuple[list[str], str | None]:
     keep: list[str] = []
     names = sorted(entry.name for entry in folder.iterdir())
-    if any(n in REPORT_FILES for n in names) and "matrix.jsonl" not in names:
+    # a folder of torch release tables (results/torch/): the table across them, no matrix.jsonl of its own
+    across = TORCH_SUMMARY in names and "matrix.jsonl" not in names
+    owned = TORCH_TABLE_FILES if across else REPORT_FILES
+    if not across and any(n in REPORT_FILES for n in names) and "matrix.jsonl" not in names:
         return [], f"{folder} holds {next(n for n in names if n in REPORT_FILES)} but no matrix.jsonl"
     for name in names:
         entry = folder / name
-        if name in REPORT_FILES or (name.startswith(".") and name.endswith(".tmp")):
+        if name in owned or (name.startswith(".") and name.endswith(".tmp")):
             continue
         if name in KEPT and not entry.is_dir():
             keep.append(name)

@@ -31,6 +31,7 @@ import os
 import shutil
 import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -170,6 +171,9 @@ def is_project_file(path: str | None) -> bool:
     return not resolved.startswith(_LIBRARY_DIRS) and "site-packages" not in resolved
 
 
+_TEMP = str(Path(tempfile.gettempdir()).resolve()) + os.sep
+
+
 def glob_names(folder: str, pattern: str) -> list[str]:
     """The files ``pattern`` matches under ``folder``, relative and sorted: a new sample file is a change."""
     return sorted(str(p.relative_to(folder)) for p in Path(folder).glob(pattern) if p.is_file())
@@ -183,6 +187,9 @@ def project_files(extra: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str
     """Path → SHA-256 of every project module imported so far, plus ``extra`` files."""
     files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
     paths = {str(Path(f).resolve()) for f in files if f is not None and is_project_file(f)}
+    # A module imported from the temporary folder is one a library wrote there at import (torch 2.5 writes one per
+    # process), gone with the process: no input. A corpus file there counts through ``extra`` (the cases' sources).
+    paths = {p for p in paths if not p.startswith(_TEMP)}
     # The harness's own modules count by code_digest in the keys of what they produce, not here.
     paths = {p for p in paths if not p.startswith(str(PACKAGE) + os.sep)}
     paths |= {str(Path(p).resolve()) for p in extra if os.path.isfile(p)}

@@ -81,13 +81,16 @@ def plan(
     cases: Sequence[str] | None = None,
     force: bool = False,
     requirements: Sequence[str] = (),
+    removed_env: bool = False,
 ) -> Plan:
     """What ``nox -s matrix`` must run for ``profile``; ``requirements`` are what the export environment
-    is given beyond its pins (:func:`harness.cases.corpus.requirements_of`)."""
+    is given beyond its pins (:func:`harness.cases.corpus.requirements_of`). ``removed_env``: the export environment
+    is removed after each export (a torch release installed on demand): one that is gone is no reason to export again,
+    its pins are in the settings and its package listing in the stamp."""
     if force:
         return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
     stamp = cache.read_json(out / layout.EXPORT_STAMP)
-    export_why = _export_why(out, stamp, stamps.export_inputs(matrix, profile, corpus, cases, requirements))
+    export_why = _export_why(out, stamp, stamps.export_inputs(matrix, profile, corpus, cases, requirements), removed_env)
     runs: dict[str, str | None] = {}
     for rt in profile.runtimes:
         if export_why is not None:
@@ -102,7 +105,7 @@ def plan(
     return Plan(export_why, runs, report_why)
 
 
-def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | None:
+def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any], removed_env: bool = False) -> str | None:
     if not isinstance(stamp, dict):
         return "no export yet"
     if not stamp.get("complete"):
@@ -111,7 +114,8 @@ def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any]) -> str | Non
         return "its settings changed (matrix.toml or the command line)"
     if (why := _damaged_stamp(stamp)) is not None:
         return f"{out / layout.EXPORT_STAMP} is damaged ({why})"
-    why = cache.files_unchanged(stamp["files"]) or cache.environment_unchanged(stamp["env"])
+    gone = removed_env and not os.path.isdir(stamp["env"]["prefix"])
+    why = cache.files_unchanged(stamp["files"]) or (None if gone else cache.environment_unchanged(stamp["env"]))
     if why is not None:
         return why
     for folder, pattern, names in stamp["globs"]:
@@ -197,4 +201,3 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         if not same:
             return f"{path} differs from what the report wrote"
     return None
-

@@ -119,6 +119,19 @@ class Profile:
     corpus: tuple[str, ...] = ()
     """``corpus = ["models.architectures"]``: the profile's own corpus, in place of ``[corpus] modules``; empty:
     those modules."""
+    torch: tuple[str, ...] = ()
+    """``torch = ["2.5.1", …, "2.13.0"]``: torch releases as an axis. Each is exported in an export environment of its
+    own (its onnx and onnxscript resolved with it), into a build folder of its own (:meth:`torch_out`), run on the
+    profile's runtimes and reported as a table of its own (:meth:`torch_results`); ``harness torch-report`` gathers
+    them. Empty: the one torch of ``[export]``, as every other profile."""
+
+    def torch_out(self, out: str | os.PathLike[str], release: str) -> Path:
+        """The build folder of one torch release of this profile: ``<out>/torch/<release>/``."""
+        return Path(out) / "torch" / release
+
+    def torch_results(self, out: str | os.PathLike[str], release: str) -> Path:
+        """The table of one torch release: ``<results>/<release>/``."""
+        return self.results(out) / release
 
     def opsets_of(self, exporter: str) -> tuple[int, ...]:
         """The opsets ``exporter`` is asked for in this profile."""
@@ -233,6 +246,27 @@ class Matrix:
         if kind.options_key == "options":
             out.update(runtimes.provider(name).precision_options.get(precision, {}))
         return out
+
+    def for_torch(self, profile: Profile, release: str | None) -> Matrix:
+        """The matrix one torch release of ``profile`` is exported with: ``[export]`` with that torch (its onnx and
+        onnxscript pins kept, as every release installs them), the profile's own list of releases. None: this one.
+
+        Raises:
+            HarnessError: the profile lists no such release, or it lists releases and none was named.
+        """
+        if release is None:
+            if profile.torch:
+                raise HarnessError(
+                    f"profile {profile.name!r} has torch releases ({', '.join(profile.torch)}): name one with --torch, "
+                    f"or run them all with `nox -s matrix -- --profile {profile.name}`"
+                )
+            return self
+        if release not in profile.torch:
+            listed = f"lists {', '.join(profile.torch)}" if profile.torch else "lists none (only [export] torch)"
+            raise HarnessError(
+                f"--torch {release}: profile {profile.name!r} {listed}; use one of them or add it to its torch list"
+            )
+        return dataclasses.replace(self, export=dataclasses.replace(self.export, torch=release))
 
     def corpus_of(self, profile: Profile | None) -> tuple[str, ...]:
         """The built-in corpus of a run of ``profile``: its own ``corpus`` where it names one, else ``[corpus] modules``."""
@@ -692,7 +726,7 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
         top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
     pp = _Reader(file, f"profiles.{name}", raw)
-    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus")
+    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus", "torch")
     prof_runtimes = []
     for j, ref in enumerate(pp.strings("runtimes")):
         rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
@@ -716,9 +750,31 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     for source in corpus:
         if problem := corpus_problem(root, source):
             pp.fail(f"{source!r} {problem}", "corpus")
+    releases = _torch_releases(pp, raw)
     return Profile(
-        name, tuple(prof_runtimes), providers, exporters, opsets, precisions, () if same else per_exporter, results, corpus
+        name,
+        tuple(prof_runtimes),
+        providers,
+        exporters,
+        opsets,
+        precisions,
+        () if same else per_exporter,
+        results,
+        corpus,
+        releases,
     )
+
+
+def _torch_releases(pp: _Reader, raw: Any) -> tuple[str, ...]:
+    """``torch = ["2.5.1", …]``: full X.Y.Z releases (no local build tag: the export environment picks the build), each
+    once (the reader refuses a duplicate), oldest first."""
+    releases = pp.strings("torch", []) if "torch" in raw else ()
+    for release in releases:
+        if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", release):
+            pp.fail(f'{release!r} is not a torch release; write X.Y.Z (e.g. "2.7.1"), without a +cpu or +cu tag', "torch")
+    if list(releases) != sorted(releases, key=version_tuple):
+        pp.fail(f"list the releases oldest first: {', '.join(sorted(releases, key=version_tuple))}", "torch")
+    return tuple(releases)
 
 
 def _check_columns(pp: _Reader, prof_runtimes: Sequence[Runtime], providers: Sequence[str], precisions: Sequence[str]) -> None:

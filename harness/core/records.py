@@ -33,6 +33,7 @@ class Status(enum.StrEnum):
     CRASH = "crash"
     TIMEOUT = "timeout"
     UNAVAILABLE = "unavailable"
+    FALLBACK = "fallback"
     ENV_ERROR = "env-error"
     SKIPPED = "skipped"
 
@@ -55,6 +56,7 @@ _SYMBOLS = {
     Status.CRASH: "💥",
     Status.TIMEOUT: "⏱",
     Status.UNAVAILABLE: "·",
+    Status.FALLBACK: "↩",
     Status.ENV_ERROR: "!",
     Status.SKIPPED: "–",
 }
@@ -65,13 +67,14 @@ _SEVERITY = {
     Status.PASS: 0,
     Status.SKIPPED: 1,
     Status.UNAVAILABLE: 2,
-    Status.MISMATCH: 3,
-    Status.RUN_FAIL: 4,
-    Status.TIMEOUT: 5,
-    Status.CRASH: 6,
-    Status.LOAD_FAIL: 7,
-    Status.EXPORT_FAIL: 8,
-    Status.ENV_ERROR: 9,
+    Status.FALLBACK: 3,
+    Status.MISMATCH: 4,
+    Status.RUN_FAIL: 5,
+    Status.TIMEOUT: 6,
+    Status.CRASH: 7,
+    Status.LOAD_FAIL: 8,
+    Status.EXPORT_FAIL: 9,
+    Status.ENV_ERROR: 10,
 }
 
 
@@ -167,6 +170,32 @@ class ArtifactKey:
         return f"{self.case}.{self.exporter}.op{self.opset}"
 
 
+TORCH_EXPORT_CAPTURES = frozenset({"TorchExportStrategy", "TorchExportNonStrictStrategy", "TorchExportStrictStrategy"})
+"""The capture strategies of ``torch.onnx.export(dynamo=True)`` that are ``torch.export`` itself (strict or not, by
+torch release): any other that produced the graph is a fallback (:attr:`ExportRecord.fell_back`)."""
+
+CAPTURE_WORDS = {
+    "JitTraceConvertStrategy": "torch.jit.trace (its graph converted to an ExportedProgram)",
+    "LegacyDynamoStrategy": "torch._dynamo.export",
+    "TorchExportDraftExportStrategy": "torch.export's draft_export (guards it could not prove left out)",
+}
+"""How a fallback capture strategy is named to a reader."""
+
+
+def capture_words(strategy: str) -> str:
+    """A capture strategy as a reader is told it: what captured the graph."""
+    return "torch.export" if strategy in TORCH_EXPORT_CAPTURES else CAPTURE_WORDS.get(strategy, strategy)
+
+
+def fallback_note(rec: ExportRecord) -> str:
+    """What a cell of a fallback export says: the exporter asked, what really captured the graph."""
+    torch = rec.versions.get("torch", "this torch")
+    return (
+        f"dynamo fallback: torch.export failed and torch {torch}'s dynamo exporter fell back to "
+        f"{capture_words(rec.capture or '')}; the file holds the traced path only, not a dynamo export"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportRecord:
     """What the export stage produced for one :class:`ArtifactKey`."""
@@ -217,6 +246,14 @@ class ExportRecord:
     """The reference runtime (newest onnxruntime, CPU, optimizations off) that recorded them, or why it
     could not (``"onnxruntime==1.32.0"`` / ``"failed: onnxruntime==1.32.0: ..."``)."""
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    capture: str | None = None
+    """The dynamo exporter only: how torch.onnx.export(dynamo=True) captured the graph, as the name of the capture
+    strategy whose graph it translated (``TorchExportNonStrictStrategy``: ``torch.export``). Before torch 2.9 it
+    silently falls back, when ``torch.export`` fails, to tracing (``JitTraceConvertStrategy``: ``torch.jit.trace``)
+    or to ``torch._dynamo.export`` (``LegacyDynamoStrategy``), and still reports success (:attr:`fell_back`). None:
+    TorchScript, or a torch whose exporter this could not be read from (then said in :attr:`capture_note`)."""
+    capture_note: str | None = None
+    """Why :attr:`capture` could not be recorded for a dynamo export (a torch without the capture strategies)."""
     card: dict[str, str] = dataclasses.field(default_factory=dict)
     claims: tuple[dict[str, Any], ...] = ()
     """The case's :class:`~harness.cases.corpus.Claim` s, as dicts: where its gotcha was reproduced."""
@@ -247,8 +284,15 @@ class ExportRecord:
             repr(self.rtol),
             repr(self.scaled),
             sorted(self.output_tolerance.items()),
+            self.capture,
         )
         return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
+
+    @property
+    def fell_back(self) -> bool:
+        """A dynamo export whose graph was not captured by ``torch.export`` (:attr:`capture`): its every cell that
+        passes is :attr:`Status.FALLBACK`, never a dynamo pass."""
+        return self.capture is not None and self.capture not in TORCH_EXPORT_CAPTURES
 
     @property
     def tolerance(self) -> dict[str, Any]:

@@ -316,7 +316,7 @@ def _export(
     path = out_dir / layout.MODEL
     t_export = time.perf_counter()
     external = _weight_bytes(model) > _SETTINGS["external_data_mib"] * 2**20
-    with _capture() as caught:  # filled when the block exits
+    with _capture() as caught, _capture_strategy(key.exporter == "dynamo") as strategy:  # filled as the export runs
         try:
             program = _run_exporter(case, key, model, example, [f"out{i}" for i in range(n_outputs)], path, external=external)
             error: Exception | None = None if path.exists() else RuntimeError("the exporter returned without writing a model")
@@ -338,6 +338,8 @@ def _export(
         sha256=sha256(path),
         data_sha256=sha256(data) if data.exists() else None,
         timing=timing,
+        capture=strategy.used[-1] if strategy.used else None,
+        capture_note=strategy.note if key.exporter == "dynamo" and not strategy.used else None,
         reference_runtime=f"not recorded: {phase_words('reference', key.exporter)} did not finish",
         **_inspect(path),
     )
@@ -347,6 +349,75 @@ def _export(
     reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
     timing["reference"] = time.perf_counter() - t_reference
     yield dataclasses.replace(exported, timing=timing, **reference)
+
+
+@dataclasses.dataclass
+class _Strategies:
+    used: list[str] = dataclasses.field(default_factory=list)
+    """The capture strategies that returned a graph, in order (the exporter translates the first)."""
+    note: str | None = None
+    """Why none could be recorded."""
+
+
+@contextlib.contextmanager
+def _capture_strategy(dynamo: bool) -> Iterator[_Strategies]:
+    """Which capture strategy gave ``torch.onnx.export(dynamo=True)`` its graph: ``torch.export`` (strict or not), or a
+    fallback that torch 2.5–2.8 take silently when ``torch.export`` fails (``torch.jit.trace``, ``torch._dynamo.export``).
+    Read by wrapping ``CaptureStrategy.__call__`` of torch's exporter for the one call (a private API, the only way
+    torch tells it: the result it returns names no strategy before 2.9, and its printout is off). Where this torch has
+    no such API, :attr:`_Strategies.note` says so and the record says "not recorded"."""
+    found = _Strategies()
+    if not dynamo:
+        yield found
+        return
+    try:
+        from torch.onnx._internal.exporter import _capture_strategies as strategies
+
+        base = strategies.CaptureStrategy
+        original = base.__call__
+    except (ImportError, AttributeError) as exc:
+        found.note = f"not recorded: this torch has no torch.onnx._internal.exporter._capture_strategies ({exc})"
+        yield found
+        return
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if getattr(result, "exported_program", None) is not None:
+            found.used.append(type(self).__name__)
+        return result
+
+    base.__call__ = call  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        base.__call__ = original  # type: ignore[method-assign]
+
+
+def default_opsets() -> dict[str, int | str]:
+    """The opset each exporter of this torch writes when it is given none (``opset_version`` left out), measured on a
+    one-layer module: what a user gets without choosing. An exporter that fails here is named with its error."""
+    import tempfile
+
+    import onnx
+    import torch
+
+    found: dict[str, int | str] = {}
+    with tempfile.TemporaryDirectory() as tmp, _capture():
+        for exporter in ("torchscript", "dynamo"):
+            path = Path(tmp) / f"{exporter}.onnx"
+            try:
+                model, args = torch.nn.Linear(4, 2).eval(), (torch.randn(2, 4),)
+                if exporter == "torchscript":
+                    torch.onnx.export(model, args, str(path), dynamo=False)
+                else:
+                    program = torch.onnx.export(model, args, dynamo=True)
+                    if program is None:
+                        raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
+                    program.save(str(path))
+                found[exporter] = next(o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx"))
+            except Exception as exc:
+                found[exporter] = f"{type(exc).__name__}: {first_line(str(exc))}"
+    return found
 
 
 def _build(case: corpus_mod.Case, probe_errors: dict[str, str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -467,8 +538,9 @@ def _call_exporter(
             dynamic_axes=dynamic_axes or None,
         )
         return None
-    dyn = torch.export.Dim.DYNAMIC
-    shapes = tuple({d: dyn for d in case.dynamic[n]} if n in case.dynamic else None for n in example)
+    shapes = tuple(
+        {d: _dynamic_dim(torch, label) for d, label in case.dynamic[n].items()} if n in case.dynamic else None for n in example
+    )
     program = torch.onnx.export(
         model,
         args,
@@ -483,6 +555,18 @@ def _call_exporter(
         raise RuntimeError("torch.onnx.export(dynamo=True) returned no program")
     program.save(str(target), external_data=external)
     return program
+
+
+def _dynamic_dim(torch: Any, label: str) -> Any:
+    """A dynamic axis for ``torch.export``: ``Dim.DYNAMIC`` where torch has it (2.7 and newer); before it (2.5), a
+    named ``Dim`` of the axis's label, which, as the exporter's own conversion of ``dynamic_axes`` does there, makes
+    axes that share a label one dimension. Measured: before torch 2.9 the ONNX exporter still fixes such an axis at
+    the example's size when that size is 1 (torch.export's 0/1 specialization), silently; from 2.9 it stays
+    dynamic. The table shows it as the batch probes' run-fail, which is what a user on that torch gets."""
+    dynamic = getattr(torch.export.Dim, "DYNAMIC", None)
+    if dynamic is not None:
+        return dynamic
+    return torch.export.Dim(re.sub(r"\W", "_", str(label)) if re.match(r"[A-Za-z_]", str(label)) else f"d_{label}")
 
 
 def _one_data_file(src: Path, path: Path) -> None:

@@ -10,6 +10,7 @@ manifest, the runtimes' frontier models and the stamp (:mod:`harness.build.layou
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -174,18 +175,24 @@ def export_all(
     echo_error: Any = _stderr,
 ) -> tuple[list[ExportRecord], list[str]]:
     """Export every artifact of ``profile`` that the store does not already hold; write the manifest
-    and the stamp; return the records and the corpus problems.
+        and the stamp; return the records and the corpus problems.
 
-    An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
-    store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
-what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
-    environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
+        An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
+        store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
+    what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
+        environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
 
-    Raises:
-        HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
-            them would not say so), or ``cases`` names an unknown case.
+        Raises:
+            HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
+                them would not say so), or ``cases`` names an unknown case.
     """
     t0 = time.perf_counter()
+    held = versions()["torch"]
+    if held.split("+")[0] != matrix.export.torch:  # an artifact is keyed by this environment: it must be the asked torch
+        raise HarnessError(
+            f"this environment holds torch {held}, the export asks for torch {matrix.export.torch}; run it in that "
+            f"release's export environment (`nox -s matrix -- --profile {profile.name}`)"
+        )
     for path in (out / layout.EXPORT_STAMP, out / layout.MANIFEST):
         cache.not_a_folder(path)  # one line now, not a traceback once every artifact is exported
     (out / layout.EXPORT_STAMP).unlink(missing_ok=True)  # until this export ends, no stage may count on the last one
@@ -210,7 +217,7 @@ what every dynamo export would do alike (:mod:`harness.export._warm`; the same f
     corpus_modules = tuple(sorted(m for m in set(sys.modules) - loaded if library_module(m)))
     job.run(tasks, workers or matrix.run.worker_count, list(corpus), root, corpus_modules, share=share)
     job.user_errors(echo_error)
-    job.manifest(profile)
+    job.manifest(profile, _default_opsets(echo) if profile.torch else None)
     done = [job.records[k.id] for k in keys]
     stamp = _Stamp(root, matrix, profile, corpus, cases, requirements)
     stamp.write(out, registry, done, job.watched, len(tasks), time.perf_counter() - t0)
@@ -334,9 +341,10 @@ class _Job:
                 self.registry.problems.append(f"{self.registry[k.case].source_file}: case {k.case!r}: {rec.error_line}")
                 echo_error(self.registry.problems[-1])
 
-    def manifest(self, profile: Profile) -> None:
-        """The manifest, the runtimes' frontier models, and the store pruned of what no export of it needs."""
-        manifest = {
+    def manifest(self, profile: Profile, defaults: Mapping[str, Any] | None = None) -> None:
+        """The manifest, the runtimes' frontier models, and the store pruned of what no export of it needs;
+        ``defaults``: the opset each exporter of this torch writes unasked (a profile with torch releases)."""
+        manifest: dict[str, Any] = {
             "profile": profile.name,
             "artifacts": [k.id for k in self.keys],
             "versions": self.settings["versions"],
@@ -345,6 +353,8 @@ class _Job:
             # The reference runtime's interpreter: the run stage asks it for a large model's node values on demand.
             "reference_python": sys.executable,
         }
+        if defaults is not None:
+            manifest["default_opsets"] = dict(defaults)
         cache.write_json(self.out / layout.MANIFEST, manifest)
         index = frontier.write_models(self.out)  # what each run session loads to measure its runtime's frontier
         self.echo(
@@ -352,6 +362,19 @@ class _Job:
             f"{index['opsets'][0]}–{index['opsets'][-1]} (onnx {index['onnx']})"
         )
         self.store.prune(self.address.values())
+
+
+def _default_opsets(echo: Any) -> dict[str, Any]:
+    """:func:`harness.export._exporters.default_opsets`, measured in a process of its own (this one stays free of the
+    exporters' state); an exporter it could not measure is named with why."""
+    code = "import json; from harness.export._exporters import default_opsets; print(json.dumps(default_opsets()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+        found = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        found = {"torchscript": f"not measured: {exc}", "dynamo": f"not measured: {exc}"}
+    echo("default opsets (opset_version not given): " + ", ".join(f"{e} {v}" for e, v in found.items()))
+    return found
 
 
 DEFAULT_EXPORT_MIB = 1024.0

@@ -43,6 +43,8 @@ LEGEND = {
     "or the export ran past [export] timeout (the phase it was in is named)",
     Status.UNAVAILABLE: "the provider cannot run here (not in the package, its libraries do not load, no GPU), "
     "or the session silently fell back to another one",
+    Status.FALLBACK: "dynamo only: torch.export failed and torch.onnx.export(dynamo=True) silently captured the graph "
+    "another way (torch.jit.trace, on torch 2.5.1 and 2.7.1); the file ran and matched torch, but it is no dynamo export",
     Status.ENV_ERROR: "the runtime environment itself is broken (e.g. it fails to import)",
     Status.SKIPPED: "the case does not apply to this exporter (reason given)",
 }

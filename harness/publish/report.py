@@ -281,6 +281,7 @@ def _environment(
         "run": run_id,
         "profile": profile.name,
         "export": manifest.get("versions", {}),
+        **({"default_opsets": manifest["default_opsets"]} if isinstance(manifest.get("default_opsets"), dict) else {}),
         "export_seconds": export_stats.get("seconds"),
         "exported": export_stats.get("exported"),
         "runtimes": runtimes_env,

@@ -32,7 +32,7 @@ from harness.build import cache, frontier, layout, stamps
 from harness.config.matrix import Matrix, Runtime
 from harness.config.runtimes import provider
 from harness.core.errors import HarnessError
-from harness.core.records import CellRecord, ExportRecord, Stage, Status, first_line, runtime_wide
+from harness.core.records import CellRecord, ExportRecord, Stage, Status, fallback_note, first_line, runtime_wide
 from harness.pool.progress import Progress
 from harness.run import _dispatch as dispatch
 from harness.run import envprobe
@@ -244,6 +244,7 @@ class _Column:
         for cell in dispatch.correctness(
             tasks, self.records, workers=workers, timeout=timeout, log=self.log, stats=self.stats, progress=progress
         ):
+            cell = captured(cell, self.records.get(cell.artifact.id))
             self.cells[cell.key] = cell
             appender.add([cell])
         self.stats.correctness_wall = time.perf_counter() - t0
@@ -298,6 +299,16 @@ def _cell_env(env: Mapping[str, str], rec: ExportRecord) -> dict[str, str]:
     """The runtime env as measured here, plus the versions the artifact was exported with."""
     exported = {k: v for k, v in rec.versions.items() if k in ("torch", "onnx", "onnxscript")}
     return {**exported, **env}
+
+
+def captured(cell: CellRecord, rec: ExportRecord | None) -> CellRecord:
+    """A cell of a dynamo export that torch did not capture with ``torch.export`` (:attr:`ExportRecord.fell_back`):
+    a pass is :attr:`Status.FALLBACK`, never a dynamo pass, and every verdict says what captured the graph."""
+    if rec is None or not rec.fell_back or cell.runtime_wide:
+        return cell
+    if cell.status is Status.PASS:
+        cell = cell.replace(status=Status.FALLBACK)
+    return cell.noted(fallback_note(rec))
 
 
 def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:

@@ -1,0 +1,458 @@
+"""The table across torch releases: one profile's tables, one per torch release, read together.
+
+A profile that lists torch releases (``torch = ["2.5.1", …]`` in matrix.toml) exports, runs and reports each release
+as a table of its own (``results/torch/<release>/``: the page, the README, the reproducers, as every table). This
+module reads those published tables, and nothing else, and writes beside them:
+
+- ``README.md``: the releases and what each exporter writes unasked; on each torch release, which exporter and opset
+  to ship per runtime; per case, the torch release where its verdict changes, and in which direction; every dynamo
+  export that was a silent fallback (:attr:`harness.core.records.Status.FALLBACK`);
+- ``index.html``: the same, as a page, linking each release's own page;
+- ``torch.json``: the same facts for a program, and the hash of each release's ``matrix.jsonl`` that they come from
+  (:func:`why_stale` compares them).
+
+A release whose table is missing or partial is said so in every section, never left out in silence.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.answer import published, readme
+from harness.config.matrix import Matrix, Profile
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, Status
+
+SUMMARY = published.TORCH_SUMMARY
+_CODE = (Path(__file__), Path(published.__file__), Path(readme.__file__))
+
+
+def _sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _code() -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in _CODE)).hexdigest()[:16]
+
+
+def _inputs(profile: Profile, results: Path) -> dict[str, Any]:
+    tables = {r: _sha(results / r / "matrix.jsonl") for r in profile.torch}
+    return {"profile": profile.name, "releases": list(profile.torch), "tables": tables, "code": _code()}
+
+
+def why_stale(matrix: Matrix, profile: Profile, results: Path) -> str | None:
+    """Why ``results/README.md`` (the table across releases) must be written again; None: it says what the release
+    tables say."""
+    del matrix
+    summary = _read_json(results / SUMMARY)
+    if not summary:
+        return f"no {results / SUMMARY} yet"
+    if summary.get("inputs") != _inputs(profile, results):
+        return "a release's table, the releases or this code changed"
+    for name in ("README.md", "index.html"):
+        if summary.get("outputs", {}).get(name) != _sha(results / name):
+            return f"{results / name} differs from what was written"
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# Reading the release tables --------------------------------------------------------------------------------
+
+
+class Release:
+    """One release's published table, as far as it is there."""
+
+    def __init__(self, release: str, folder: Path) -> None:
+        self.release, self.folder = release, folder
+        self.problem: str | None = None
+        self.cells: list[CellRecord] = []
+        # (case, exporter, opset asked) → opset written, where the release answered a request with another opset
+        # and the table kept that export in the written opset's row only (torch 2.5's dynamo writes 18 for 20).
+        self.rewrites = published.read_rewrites(folder / "matrix.jsonl")
+        self.environment = _read_json(folder / "environment.json")
+        if not (folder / "matrix.jsonl").is_file():
+            self.problem = "not measured: no table (run `nox -s matrix -- --profile torch`)"
+            return
+        try:
+            self.cells = published.read_cells(folder)
+            partial = published.read_partial(folder)
+        except HarnessError as exc:
+            self.problem = f"unreadable: {exc}"
+            return
+        if partial:
+            self.problem = f"PARTIAL: {len(partial)} shard(s) were not whole ({partial[0]})"
+
+    @property
+    def build(self) -> str:
+        export = self.environment.get("export", {})
+        return str(export.get("torch", self.release)) if isinstance(export, dict) else self.release
+
+    def package(self, name: str) -> str:
+        export = self.environment.get("export", {})
+        return str(export.get(name, "?")) if isinstance(export, dict) else "?"
+
+    def defaults(self) -> dict[str, Any]:
+        found = self.environment.get("default_opsets")
+        return found if isinstance(found, dict) else {}
+
+
+def _verdicts(r: Release) -> dict[tuple[str, str, int, str, str], list[CellRecord]]:
+    """Cells by (case, exporter, opset asked, runtime, provider). A request the release answered with another opset
+    that was asked too stands for that row's cells: the same file, which is what a user asking for it gets."""
+    out: dict[tuple[str, str, int, str, str], list[CellRecord]] = {}
+    for c in r.cells:
+        out.setdefault((c.case, c.exporter, c.opset_asked or c.opset, c.runtime, c.provider), []).append(c)
+    for (case, exporter, asked), wrote in r.rewrites.items():
+        for key in [k for k in out if k[:3] == (case, exporter, wrote)]:
+            out.setdefault((case, exporter, asked, *key[3:]), out[key])
+    return out
+
+
+def changes(releases: Sequence[Release]) -> list[dict[str, Any]]:
+    """Every case × exporter × opset whose verdict (the worst over its probes) differs between torch releases on some
+    runtime: runtimes with the same verdicts share one entry. Only releases whose table is whole count."""
+    whole = [r for r in releases if r.problem is None]
+    by_release = {r.release: _verdicts(r) for r in whole}
+    keys = sorted(
+        {k for v in by_release.values() for k in v}, key=lambda k: (k[0], k[1], k[2], published.runtime_key(k[3]), k[4])
+    )
+    grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key in keys:
+        seq = []
+        for r in whole:
+            hit = by_release[r.release].get(key)
+            seq.append(published.worst(hit).value if hit else "")
+        if len({s for s in seq if s}) < 2:
+            continue
+        case, exporter, opset, runtime, provider = key
+        entry = grouped.setdefault((case, exporter, opset, provider, tuple(seq)), {
+            "case": case, "exporter": exporter, "opset": opset, "provider": provider, "runtimes": [],
+            "verdicts": dict(zip([r.release for r in whole], seq, strict=True)),
+        })  # fmt: skip
+        entry["runtimes"].append(runtime)
+        if "why" not in entry:
+            entry["why"] = {r.release: _why(by_release[r.release].get(key)) for r in whole}
+            entry["wrote"] = {r.release: w for r in whole if (w := r.rewrites.get((case, exporter, opset))) is not None}
+    out = list(grouped.values())
+    for e in out:
+        e["change"] = _direction(e["verdicts"])
+    return out
+
+
+def _why(cells: list[CellRecord] | None) -> str:
+    if not cells:
+        return ""
+    return published.shorten(published.why(cells), 200)
+
+
+def _direction(verdicts: Mapping[str, str]) -> str:
+    """``passes from 2.9.1 (fallback before)``, ``fails from 2.9.1 (export-fail; pass before)``, or each step."""
+    steps = [(a, b) for a, b in zip(verdicts.items(), list(verdicts.items())[1:], strict=False) if a[1] != b[1]]
+    words = []
+    for (_, before), (release, after) in steps:
+        if after == "pass":
+            words.append(f"passes from {release} ({before or 'not measured'} before)")
+        elif before == "pass":
+            words.append(f"fails from {release} ({after}; pass before)")
+        else:
+            words.append(f"{before or 'not measured'} → {after or 'not measured'} from {release}")
+    return "; ".join(words)
+
+
+def fallbacks(releases: Sequence[Release]) -> list[dict[str, Any]]:
+    """Every dynamo artifact whose graph a fallback captured: case, opset, release, what its cells were."""
+    found: dict[tuple[str, int, str], set[str]] = {}
+    for r in releases:
+        for c in r.cells:
+            if c.exporter == "dynamo" and (c.status is Status.FALLBACK or "dynamo fallback" in (c.note or "")):
+                found.setdefault((c.case, c.opset_asked or c.opset, r.release), set()).add(c.status.value)
+    return [
+        {"case": case, "opset": opset, "torch": release, "statuses": sorted(statuses)}
+        for (case, opset, release), statuses in sorted(found.items())
+    ]
+
+
+def written(r: Release) -> dict[str, str]:
+    """What each exporter wrote on this release: IR and opset, per opset asked (from its cells)."""
+    seen: dict[tuple[str, int], set[tuple[int, int]]] = {}
+    for c in r.cells:
+        if c.ir_version and c.opset:
+            seen.setdefault((c.exporter, c.opset_asked or c.opset), set()).add((c.ir_version, c.opset))
+    for (_, exporter, asked), wrote in r.rewrites.items():
+        seen.setdefault((exporter, asked), set()).update(seen.get((exporter, wrote), set()))
+    return {f"{e} {asked}": ", ".join(f"IR {ir} / opset {op}" for ir, op in sorted(v)) for (e, asked), v in sorted(seen.items())}
+
+
+# Writing ---------------------------------------------------------------------------------------------------
+
+
+def write(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
+    """Write ``README.md``, ``index.html`` and ``torch.json`` into ``results`` from the release tables in it."""
+    if not profile.torch:
+        raise HarnessError(f"profile {profile.name!r} lists no torch releases; `harness torch-report` reads a profile that does")
+    releases = [Release(r, results / r) for r in profile.torch]
+    if all(r.problem is not None and not r.cells for r in releases):
+        raise HarnessError(f"{results}: no torch release has a table yet; run `nox -s matrix -- --profile {profile.name}`")
+    facts = {
+        "releases": [_release_facts(r) for r in releases],
+        "answers": {r.release: _answer(r) for r in releases},
+        "changes": changes(releases),
+        "fallbacks": fallbacks(releases),
+    }
+    markdown = render(profile, releases, facts)
+    (results / "README.md").write_text(markdown, encoding="utf-8")
+    (results / "index.html").write_text(_page(markdown), encoding="utf-8")
+    summary = {
+        **facts,
+        "inputs": _inputs(profile, results),
+        "outputs": {n: _sha(results / n) for n in ("README.md", "index.html")},
+    }
+    (results / SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    del matrix
+    return summary
+
+
+def _release_facts(r: Release) -> dict[str, Any]:
+    return {
+        "torch": r.release,
+        "build": r.build,
+        "onnx": r.package("onnx"),
+        "onnxscript": r.package("onnxscript"),
+        "default_opsets": r.defaults(),
+        "written": written(r),
+        "cells": len(r.cells),
+        "problem": r.problem,
+    }
+
+
+def _answer(r: Release) -> list[str]:
+    """The release table's "newest safe opset per runtime", shortened as the project README shows it."""
+    if r.problem is not None and not r.cells:
+        return []
+    try:
+        return readme.safe_table((r.folder / "README.md").read_text(encoding="utf-8"))[2:]
+    except (OSError, HarnessError):
+        return []
+
+
+_SYMBOL = {s.value: s.symbol for s in Status}
+
+
+def render(profile: Profile, releases: Sequence[Release], facts: Mapping[str, Any]) -> str:
+    """The README of the table across torch releases."""
+    runtimes = ", ".join(rt.pin for rt in profile.runtimes)
+    asked = "; ".join(f"{e} {', '.join(map(str, profile.opsets_of(e)))}" for e in profile.exporters)
+    lines = [
+        f"# Torch releases: profile `{profile.name}`",
+        "",
+        f"The corpus exported by each torch release ({', '.join(profile.torch)}), each in an export environment of "
+        f"its own, by both exporters ({asked}), and run on {runtimes}. Each release is a table of its own "
+        "(linked below: its page, its README, its reproducers); this page reads them together. "
+        "Generated by `harness torch-report` from those tables; `python -m harness recommend --torch X.Y.Z "
+        "--runtime 1.20.1` answers from one of them.",
+        "",
+        "## The releases",
+        "",
+        "| torch | build | onnxscript | onnx | unasked, TorchScript writes | unasked, dynamo writes | "
+        "TorchScript writes (asked → IR / opset) | dynamo writes (asked → IR / opset) | cells | table |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, f in zip(releases, facts["releases"], strict=True):
+        d = f["default_opsets"]
+        table = f"[page]({r.release}/index.html), [README]({r.release}/README.md)" if r.cells else "—"
+        problem = f" **{f['problem']}**" if f["problem"] else ""
+        lines.append(
+            f"| {r.release}{problem} | {f['build']} | {f['onnxscript']} | {f['onnx']} | {_opset(d.get('torchscript'))} | "
+            f"{_opset(d.get('dynamo'))} | {_writes(f['written'], 'torchscript')} | {_writes(f['written'], 'dynamo')} | "
+            f"{f['cells']:,} | {table} |"
+        )
+    lines += [
+        "",
+        '"Unasked": the opset each exporter writes when `opset_version` is not given, measured in that release\'s '
+        "environment on a one-layer module.",
+        "",
+        "## On torch X, which exporter and opset?",
+        "",
+        "Per release and runtime: the newest opset at which every fixed twin passes, the recommended exporter, and "
+        "each exporter's best (the release's own README says why and what fails elsewhere).",
+        "",
+        "| torch | onnxruntime (cpu) | recommended | torchscript | dynamo |",
+        "|---|---|---|---|---|",
+    ]
+    for r in releases:
+        rows = facts["answers"][r.release]
+        if not rows:
+            lines.append(f"| {r.release} | {r.problem or 'no answer'} | | | |")
+        for row in rows:
+            lines.append(f"| {r.release} {row}")
+    lines += _changes_section(releases, facts["changes"])
+    lines += _fallback_section(facts["fallbacks"])
+    lines += [
+        "",
+        "## Legend",
+        "",
+        "Statuses as in every table (each release's README has the legend). `fallback` (↩): `torch.onnx.export(dynamo=True)` "
+        "returned a model, but `torch.export` had failed and torch captured the graph another way (on 2.5.1 and "
+        "2.7.1: `torch.jit.trace`), silently; the file ran and matched torch on every probe, "
+        "and it is still no dynamo export: it holds the one path the example took. It never counts as a pass.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _writes(written: Mapping[str, str], exporter: str) -> str:
+    """``17 → 8 / 17; 18 → 8 / 18``: per opset asked, the IR and opset the exporter wrote."""
+    said = [
+        f"{key.split()[1]} → {value.replace('IR ', '').replace(' / opset ', ' / ')}"
+        for key, value in written.items()
+        if key.split()[0] == exporter
+    ]
+    return "; ".join(said) or "—"
+
+
+def _opset(value: Any) -> str:
+    return f"opset {value}" if isinstance(value, int) else (str(value) if value else "not measured")
+
+
+def _changes_section(releases: Sequence[Release], found: Sequence[Mapping[str, Any]]) -> list[str]:
+    whole = [r.release for r in releases if r.problem is None]
+    missing = [f"{r.release} ({r.problem})" for r in releases if r.problem is not None]
+    lines = [
+        "",
+        "## Where the torch release changes the verdict",
+        "",
+        f"{len(found)} case × exporter × opset verdicts differ between torch releases on some runtime (worst probe; "
+        "runtimes that agree share a row). \"(wrote 18)\": that release answered the opset asked with another, "
+        "and the verdict is that file's." + (f" Not compared: {'; '.join(missing)}." if missing else ""),
+        "",
+    ]
+    if not found:
+        return [*lines, "Every verdict is the same on every release."]
+    lines += [
+        "In short: the same change over the same runtimes, by how many cases it moves (a case counts once however "
+        "many opsets it moves at).",
+        "",
+        "| exporter | runtimes | change | cases | the first case's failure at its first step |",
+        "|---|---|---|---|---|",
+    ]
+    for exporter, rts, change, cases, why in grouped_changes(found):
+        named = ", ".join(f"`{c}`" for c in cases[:6]) + (f" and {len(cases) - 6} more" if len(cases) > 6 else "")
+        said = published.shorten(why, 200).replace("|", "\\|") if why else ""
+        lines.append(f"| {exporter} | {rts} | {change} | {len(cases)}: {named} | {said} |")
+    lines += [
+        "",
+        f"| case | exporter | opset | runtimes | {' | '.join(whole)} | change |",
+        "|---|---|---|---|" + "---|" * len(whole) + "---|",
+    ]
+    for e in found:
+        wrote = e.get("wrote", {})
+        marks = " | ".join(
+            (f"{_SYMBOL.get(v, '')} {v}".strip() or "—") + (f" (wrote {wrote[r]})" if r in wrote else "")
+            for r, v in e["verdicts"].items()
+        )
+        rts = ", ".join(rt.split("==")[-1] for rt in e["runtimes"])
+        lines.append(f"| `{e['case']}` | {e['exporter']} | {e['opset']} | {rts} | {marks} | {e['change']} |")
+    return lines
+
+
+def grouped_changes(found: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str, list[str], str]]:
+    """(exporter, runtimes, change, cases, why): the entries of :func:`changes` that say the same thing, most cases
+    first, with why the first of them fails on the failing side of its first step. A change whose earlier step is
+    only "not measured" (an opset a release did not export) keeps its measured steps only."""
+    groups: dict[tuple[str, str, str], set[str]] = {}
+    why: dict[tuple[str, str, str], str] = {}
+    for e in found:
+        steps = [w for w in str(e["change"]).split("; ") if not w.startswith("not measured →")]
+        if not steps:
+            continue
+        rts = ", ".join(rt.split("==")[-1] for rt in e["runtimes"])
+        key = (str(e["exporter"]), rts, "; ".join(steps))
+        groups.setdefault(key, set()).add(str(e["case"]))
+        if key not in why:
+            measured = [(r, v) for r, v in e["verdicts"].items() if v]
+            at = next((i for i, (_, v) in enumerate(measured) if v != measured[0][1]), None)
+            # the failing side of the first step: after it, or before it where it is a pass
+            side = None if at is None else measured[at - 1 if measured[at][1] == "pass" else at][0]
+            why[key] = str(e.get("why", {}).get(side, "")) if side else ""
+    return sorted(((*k, sorted(v), why[k]) for k, v in groups.items()), key=lambda g: (-len(g[3]), g[0], g[1], g[2]))
+
+
+def _fallback_section(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = ["", "## Dynamo's silent fallback", ""]
+    if not found:
+        return [*lines, "No dynamo export of any release fell back: `torch.export` captured every graph that exported."]
+    by_case: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        by_case.setdefault((f["case"], ", ".join(f["statuses"])), []).append(f"{f['torch']} (opset {f['opset']})")
+    lines += [
+        "These dynamo exports reported success, but `torch.export` had failed and torch fell back to tracing: "
+        "the table shows them as `fallback` (or the failure their file then had), never as a dynamo pass.",
+        "",
+        "| case | torch (opset asked) | verdicts |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{case}` | {', '.join(where)} | {statuses} |" for (case, statuses), where in sorted(by_case.items())]
+    return lines
+
+
+def _page(markdown: str) -> str:
+    """The README as one static page: headings, paragraphs, tables, links and code spans (nothing else is used)."""
+    body: list[str] = []
+    table: list[list[str]] = []
+
+    def inline(text: str) -> str:
+        out = html.escape(text)
+        parts = out.split("`")
+        out = "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+        import re
+
+        out = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', out)
+        return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+    def flush() -> None:
+        if table:
+            head, *rows = table
+            body.append("<table><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr></thead><tbody>")
+            body.extend("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>" for row in rows)
+            body.append("</tbody></table>")
+            table.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                table.append([c.strip() for c in line.strip().strip("|").split("|")])
+            continue
+        flush()
+        if line.startswith("## "):
+            body.append(f"<h2>{inline(line[3:])}</h2>")
+        elif line.startswith("# "):
+            body.append(f"<h1>{inline(line[2:])}</h1>")
+        elif line.strip():
+            body.append(f"<p>{inline(line)}</p>")
+    flush()
+    style = (
+        "body{font:14px system-ui,sans-serif;margin:1.5em;max-width:110em}table{border-collapse:collapse;margin:.5em 0}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}"
+        "code{background:#f4f4f4;padding:0 2px}"
+    )
+    title = "Torch releases"
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{style}</style></head>'
+        f"<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
