@@ -33,7 +33,7 @@ from harness.answer import published  # noqa: E402
 from harness.build import lock, plan, stamps  # noqa: E402
 from harness.cases import corpus  # noqa: E402
 from harness.cli import check_options, matrix_options  # noqa: E402
-from harness.config.matrix import load  # noqa: E402
+from harness.config.matrix import load, version_tuple  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.run.backends.gpu import nvidia_driver_problem  # noqa: E402
 
@@ -153,7 +153,7 @@ def _common(ns: argparse.Namespace) -> list[str]:
     return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out, *release]
 
 
-TORCH_RELEASES = sorted({r for p in MATRIX.profiles.values() for r in p.torch}, key=lambda r: tuple(map(int, r.split("."))))
+TORCH_RELEASES = sorted({r for p in MATRIX.profiles.values() for r in p.torch}, key=version_tuple)
 """Every torch release a profile lists: an export session each (``export_torch``), its environment made when its
 export runs and removed when it ends."""
 
@@ -169,20 +169,21 @@ def _with_release(ns: argparse.Namespace, release: str) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(ns), "torch": release})
 
 
-def _release_plan(ns: argparse.Namespace, release: str) -> plan.Plan:
-    """What one torch release of the profile has to do (its own matrix, build folder and table)."""
+def _plan(ns: argparse.Namespace, release: str | None = None) -> plan.Plan:
+    """What ``nox -s matrix`` has to do for the profile, or for one torch release of it (its own matrix, build folder
+    and table; an extra release's environment is removed after its export)."""
     profile = MATRIX.profile(ns.profile)
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None
     return plan.plan(
         MATRIX.for_torch(profile, release),
         profile,
-        profile.torch_out(ROOT / ns.out, release),
-        ROOT / ns.results / release,
+        profile.torch_out(ROOT / ns.out, release) if release else ROOT / ns.out,
+        ROOT / ns.results / release if release else ROOT / ns.results,
         corpus=_corpus(ns),
         cases=cases,
         force=ns.force,
         requirements=ns.requirements,
-        removed_env=release != MATRIX.export.torch,
+        removed_env=release is not None and release != MATRIX.export.torch,
     )
 
 
@@ -321,7 +322,7 @@ def run(session: nox.Session, runtime: str) -> None:
     for release in releases:  # a profile with torch releases: each release's build in turn, where it has work
         if release in _TORCH_FAILED:
             session.log(f"torch {release}: its export did not finish: not run")
-        elif ns.force or _release_plan(ns, release).runs[rt.id] is not None:
+        elif ns.force or _plan(ns, release).runs[rt.id] is not None:
             session.run("harness", "run", *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
     if not releases:
         session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
@@ -355,7 +356,7 @@ def report(session: nox.Session) -> None:
     for release in releases:  # each release's table, then the table across them
         if release in _TORCH_FAILED:
             session.log(f"torch {release}: its export did not finish: its table is not reported (the summary says so)")
-        elif ns.force or _release_plan(ns, release).report is not None:
+        elif ns.force or _plan(ns, release).report is not None:
             session.run("harness", "report", *_common(_with_release(ns, release)), "--results", ns.results, *partial)
     if releases:
         session.run("harness", "torch-report", *_common(ns), "--results", ns.results)
@@ -395,17 +396,7 @@ def matrix(session: nox.Session) -> None:
     if profile.torch:
         _matrix_torch(session, ns)
         return
-    cases = [c.strip() for c in ns.cases.split(",") if c.strip()] if ns.cases else None
-    todo = plan.plan(
-        MATRIX,
-        profile,
-        ROOT / ns.out,
-        ROOT / ns.results,
-        corpus=_corpus(ns),
-        cases=cases,
-        force=ns.force,
-        requirements=ns.requirements,
-    )
+    todo = _plan(ns)
     for line in todo.lines():
         session.log(line)
     if not todo.export and not any(todo.runs.values()):
@@ -432,7 +423,7 @@ def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:
     profile = MATRIX.profile(ns.profile)
     exports, runs, report = [], set(), False
     for release in profile.torch:
-        todo = _release_plan(ns, release)
+        todo = _plan(ns, release)
         for line in todo.lines():
             session.log(f"torch {release}: {line}")
         if todo.export:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness.build import lock
-from harness.config.matrix import Matrix, Profile
+from harness.config.matrix import Matrix, Profile, version_tuple
 from harness.core.errors import HarnessError
 from harness.core.records import first_line
 
@@ -601,16 +601,12 @@ def _torch_table(release: str, results: str | None) -> Path:
     table = base / release
     if (table / "matrix.jsonl").is_file():
         return table
-    measured = sorted((p.name for p in base.glob("*") if (p / "matrix.jsonl").is_file()), key=_release_key)
+    measured = sorted((p.name for p in base.glob("*") if (p / "matrix.jsonl").is_file()), key=version_tuple)
     listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
     raise HarnessError(
         f"--torch {release}: no table of torch {release} in {base} ({listed}); "
         "add the release to [profiles.torch] torch and run `nox -s matrix -- --profile torch`"
     )
-
-
-def _release_key(name: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 0 for p in name.split("."))
 
 
 def _recommend(args: argparse.Namespace) -> int:

@@ -248,9 +248,9 @@ class ExportRecord:
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     capture: str | None = None
     """The dynamo exporter only: how torch.onnx.export(dynamo=True) captured the graph, as the name of the capture
-    strategy whose graph it translated (``TorchExportNonStrictStrategy``: ``torch.export``). Before torch 2.9 it
-    silently falls back, when ``torch.export`` fails, to tracing (``JitTraceConvertStrategy``: ``torch.jit.trace``)
-    or to ``torch._dynamo.export`` (``LegacyDynamoStrategy``), and still reports success (:attr:`fell_back`). None:
+    strategy whose graph it translated (``TorchExportNonStrictStrategy``: ``torch.export``). On torch 2.5.1 and
+    2.7.1 (measured) it silently falls back, when ``torch.export`` fails, to tracing (``JitTraceConvertStrategy``:
+    ``torch.jit.trace``), and still reports success (:attr:`fell_back`). None:
     TorchScript, or a torch whose exporter this could not be read from (then said in :attr:`capture_note`)."""
     capture_note: str | None = None
     """Why :attr:`capture` could not be recorded for a dynamo export (a torch without the capture strategies)."""

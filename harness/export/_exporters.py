@@ -362,7 +362,7 @@ class _Strategies:
 @contextlib.contextmanager
 def _capture_strategy(dynamo: bool) -> Iterator[_Strategies]:
     """Which capture strategy gave ``torch.onnx.export(dynamo=True)`` its graph: ``torch.export`` (strict or not), or a
-    fallback that torch 2.5–2.8 take silently when ``torch.export`` fails (``torch.jit.trace``, ``torch._dynamo.export``).
+    fallback torch takes silently when ``torch.export`` fails (``torch.jit.trace``: measured on 2.5.1 and 2.7.1).
     Read by wrapping ``CaptureStrategy.__call__`` of torch's exporter for the one call (a private API, the only way
     torch tells it: the result it returns names no strategy before 2.9, and its printout is off). Where this torch has
     no such API, :attr:`_Strategies.note` says so and the record says "not recorded"."""

@@ -175,16 +175,16 @@ def export_all(
     echo_error: Any = _stderr,
 ) -> tuple[list[ExportRecord], list[str]]:
     """Export every artifact of ``profile`` that the store does not already hold; write the manifest
-        and the stamp; return the records and the corpus problems.
+    and the stamp; return the records and the corpus problems.
 
-        An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
-        store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
-    what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
-        environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
+    An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
+    store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
+what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
+    environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
 
-        Raises:
-            HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
-                them would not say so), or ``cases`` names an unknown case.
+    Raises:
+        HarnessError: A corpus file failed to import (its cases cannot be exported, and a table without
+            them would not say so), or ``cases`` names an unknown case.
     """
     t0 = time.perf_counter()
     held = versions()["torch"]
