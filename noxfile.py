@@ -187,6 +187,16 @@ def _plan(ns: argparse.Namespace, release: str | None = None) -> plan.Plan:
     )
 
 
+def _reused(ns: argparse.Namespace) -> str | None:
+    """The torch release of the profile that the default table measured (the torch ``[export]`` pins): not exported,
+    run or reported again; the table across releases reads the default table for it. A run with its own corpus or
+    cases measures every release itself (the default table did not measure those)."""
+    from harness.answer import torch_table
+
+    custom = bool(ns.corpus or ns.only_corpus or ns.cases)
+    return torch_table.reuses_default(MATRIX, MATRIX.profile(ns.profile), custom=custom)
+
+
 def _timing(ns: argparse.Namespace, release: str, **seconds: float) -> None:
     path = ROOT / ns.out / "torch" / TORCH_TIMINGS
     try:
@@ -320,6 +330,8 @@ def run(session: nox.Session, runtime: str) -> None:
     extra = (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])
     releases = MATRIX.profile(ns.profile).torch
     for release in releases:  # a profile with torch releases: each release's build in turn, where it has work
+        if release == _reused(ns):
+            continue
         if release in _TORCH_FAILED:
             session.log(f"torch {release}: its export did not finish: not run")
         elif ns.force or _plan(ns, release).runs[rt.id] is not None:
@@ -354,16 +366,20 @@ def report(session: nox.Session) -> None:
     partial = ["--partial"] if ns.partial else []
     releases = MATRIX.profile(ns.profile).torch
     for release in releases:  # each release's table, then the table across them
+        if release == _reused(ns):
+            continue
         if release in _TORCH_FAILED:
             session.log(f"torch {release}: its export did not finish: its table is not reported (the summary says so)")
         elif ns.force or _plan(ns, release).report is not None:
             session.run("harness", "report", *_common(_with_release(ns, release)), "--results", ns.results, *partial)
     if releases:
         session.run("harness", "torch-report", *_common(ns), "--results", ns.results)
-        return
-    session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
-    if (ROOT / ns.results).resolve() == (ROOT / "results").resolve():  # the published table: the README states it
-        session.run("harness", "readme", "--results", ns.results, "--readme", str(ROOT / "README.md"))
+    else:
+        session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
+    published_root = (ROOT / "results").resolve()
+    where = (ROOT / ns.results).resolve()
+    if where == published_root or published_root in where.parents:  # a published table: the README and docs state it
+        session.run("harness", "readme", "--results", str(published_root), "--readme", str(ROOT / "README.md"))
 
 
 def _hold(ns: argparse.Namespace, what: str, echo: Any) -> None:
@@ -423,6 +439,13 @@ def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:
     profile = MATRIX.profile(ns.profile)
     exports, runs, report = [], set(), False
     for release in profile.torch:
+        if release == _reused(ns):
+            session.log(f"torch {release}: the default table's own measurement (the table across releases reads it)")
+            own = ROOT / ns.results / release
+            if (own / "matrix.jsonl").is_file():  # a narrower table of it, from a run that measured it apart: stale now
+                shutil.rmtree(own)
+                session.log(f"torch {release}: removed {own}, the table of an earlier run that measured it apart")
+            continue
         todo = _plan(ns, release)
         for line in todo.lines():
             session.log(f"torch {release}: {line}")
@@ -476,7 +499,7 @@ def polygraphy_bench(session: nox.Session) -> None:
 ARCHITECTURES = corpus.declared_requirements("models.architectures", ROOT)
 """What the architectures corpus needs (its REQUIREMENTS): the tests session installs it beside torch."""
 
-UNIT_PKGS = [*REFERENCE_PKGS, f"onnx=={MATRIX.export.onnx}", *REPORT_PKGS, "pytest>=8"]
+UNIT_PKGS = [*REFERENCE_PKGS, f"onnx=={MATRIX.export.onnx}", *REPORT_PKGS, "pytest>=8", "jsonschema>=4"]
 """What the unit tests need: no torch, no browser, no nox or uv (tests that need one skip or are deselected)."""
 
 

@@ -14,11 +14,11 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.build import lock
-from harness.config.matrix import Matrix, Profile, version_tuple
+from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import first_line
 
@@ -128,9 +128,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sessions", help="print the runtime ids of a profile, one per line (for the noxfile)")
     _common(p)
 
-    p = sub.add_parser("list", help="list the corpus cases with their cards")
+    p = sub.add_parser("list", help="list the corpus cases with their cards (--results TABLE: a published table's cases)")
     _common(p)
     _corpus_arg(p)
+    p.add_argument(
+        "--results",
+        default=None,
+        help="list the cases of this published table (a matrix.jsonl or its folder) from its cases.json instead",
+    )
 
     p = sub.add_parser("export", help="export stage (needs torch): write build/artifacts")
     _common(p)
@@ -205,11 +210,16 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "recommend",
         help="the highest opset and the exporter at which every selected case passes on one runtime × provider",
-        description="Answers from a published table: the highest opset, and the exporter, at which every selected case "
-        "passes every probe on --runtime × --provider; then every alternative with the cases that fail there and why. "
-        "Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input.",
+        description="Answers from a published table: the highest opset written, and the exporter, at which every selected "
+        "case passes every probe on --runtime × --provider; then every alternative with the cases that fail there and "
+        "why. Exit status 0 with an answer, 1 when no exporter and opset passes every selected case, 2 on bad input "
+        "(--json: the same statuses; the answer, or {schema, error}, on stdout).",
     )
-    p.add_argument("--runtime", required=True, help=f"a measured runtime: {', '.join(RUNTIME_EXAMPLES)}")
+    p.add_argument(
+        "--runtime",
+        required=True,
+        help=f"a measured runtime: {', '.join(RUNTIME_EXAMPLES)}; a minor alone (1.20) is its newest patch measured",
+    )
     p.add_argument("--provider", default="cpu", help=f"the column: {', '.join(_all_columns())} (default: cpu)")
     p.add_argument(
         "--exporter",
@@ -223,14 +233,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--corpus", action="append", default=[], metavar="FILE", help="select the cases of this corpus file (repeatable)"
     )
-    p.add_argument("--cases", default=None, metavar="A,B", help="select these cases")
+    p.add_argument(
+        "--cases",
+        default=None,
+        metavar="A,B",
+        help="select these cases, by name or title, any case (from whichever published table measured them)",
+    )
     p.add_argument("--all", action="store_true", help="select every case of the table (the gotchas included)")
     p.add_argument(
         "--torch",
         default=None,
         metavar="X.Y.Z",
-        help="answer for this torch release, from the torch profile's table of it (results/torch/X.Y.Z)",
+        help="answer for this torch release: the default table for the torch it was exported with, else the torch "
+        "profile's table of it (results/torch/X.Y.Z)",
     )
+    _json_arg(p, "recommend")
 
     p = sub.add_parser(
         "diff",
@@ -243,15 +260,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("new", help="the later run, likewise")
     p.add_argument("--strict-pins", action="store_true", help="match runtimes by exact pin only (no pairing across a pin change)")
     p.add_argument("--limit", type=int, default=200, help="lines per section (0: all; default 200)")
+    _json_arg(p, "diff")
 
     p = sub.add_parser(
         "readme",
-        help="refresh the project README's answer block from the published table (--check: exit 1 if stale)",
+        help="refresh the project README's answer block, and every fact the README and docs/ give of a published table "
+        "(--check: exit 1 if stale)",
     )
     p.add_argument("--results", default="results", help="the published folder (default: results)")
     p.add_argument("--readme", default="README.md", help="the README holding the block (default: README.md)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the block is not what the table gives")
     return ap
+
+
+def _json_arg(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print the answer as one JSON object (schema harness.{command}/1, docs/reading-the-table.md)",
+    )
 
 
 def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
@@ -291,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args)
     except HarnessError as exc:
         _error(str(exc))
+        if getattr(args, "json", False):  # a script reads stdout: the refusal there too, as the schema's error
+            print(json.dumps({"schema": f"harness.{args.command}/1", "error": str(exc), "exit": 2}))
         return 2
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept and a rerun resumes", file=sys.stderr)
@@ -305,6 +334,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _readme(args)
     if args.command in ("recommend", "diff"):  # answers from published files alone: no matrix.toml needed
         return _answer(args)
+    if args.command == "list" and args.results is not None:
+        return _list_table(args.results)
     if args.command == "reference":
         return _reference(args)
     from harness.config.matrix import load
@@ -544,22 +575,10 @@ def _reference(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _reading(source: str | os.PathLike[str]) -> Iterator[None]:
-    """A published table (or a file beside it) that is damaged: one line naming it, not a traceback."""
-    try:
-        yield
-    except UnicodeDecodeError as exc:
-        raise HarnessError(
-            f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason}); give a results/matrix.jsonl or a build/shards "
-            "file as `nox -s report` writes it"
-        ) from None
-    except OSError as exc:
-        raise HarnessError(f"{source}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
-    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a file beside it of another shape
-        raise HarnessError(
-            f"{source}: damaged ({type(exc).__name__}: {first_line(str(exc))}); regenerate it with `nox -s report`"
-        ) from None
+def _reading(source: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
+    from harness.answer.published import reading
+
+    return reading(Path(source))
 
 
 def _answer(args: argparse.Namespace) -> int:
@@ -575,9 +594,28 @@ def _answer(args: argparse.Namespace) -> int:
         with _reading(args.new):
             new = published.read_cells(args.new, spread=False)
         result = diff.diff(old, new, pair=not args.strict_pins)
-        print(diff.render(result, args.old, args.new, limit=args.limit))
+        if args.json:
+            print(json.dumps(diff.to_json(result, args.old, args.new), ensure_ascii=False, indent=1))
+        else:
+            print(diff.render(result, args.old, args.new, limit=args.limit))
         return 1 if result.regressions else 0
     return _recommend(args)
+
+
+def _list_table(results: str) -> int:
+    """``harness list --results TABLE``: a published table's cases, from its cases.json (nothing else is read)."""
+    from harness.answer import published
+
+    with _reading(results):
+        source = published.table_path(results)
+        cards = published.read_cases(source)
+    if not cards:
+        raise HarnessError(f"{source}: no cases.json beside it; regenerate it with `nox -s report`")
+    for name, card in cards.items():
+        said = card.get("title") or (f"fixes {card['fixes']}" if card.get("fixes") else card.get("symptom", ""))
+        print(f"{name:<32} {said}")
+    print(f"{len(cards)} cases in {source}")
+    return 0
 
 
 def _readme(args: argparse.Namespace) -> int:
@@ -586,61 +624,33 @@ def _readme(args: argparse.Namespace) -> int:
     path, results = Path(args.readme), Path(args.results)
     if args.check:
         stale = readme.refresh(path, results, write=False)
-        print(f"{path}: the answer block is {'STALE: run `harness readme`' if stale else 'what ' + str(results) + ' gives'}")
+        said = "STALE: run `harness readme`" if stale else f"what {results} gives"
+        print(f"{path}: the answer block and the facts of the README and docs/ are {said}")
         return 1 if stale else 0
     changed = readme.refresh(path, results)
-    print(f"{path}: answer block {'refreshed' if changed else 'unchanged'} from {results}")
+    print(f"{path}: answer block and facts {'refreshed' if changed else 'unchanged'} from {results}")
     return 0
 
 
-def _torch_table(release: str, results: str | None) -> Path:
-    """The table of one torch release: ``<results>/<release>`` (by default the published ``results/torch/``)."""
-    from harness.answer import published
-
-    base = Path(results) if results else Path(published.default_results()) / "torch"
-    table = base / release
-    if (table / "matrix.jsonl").is_file():
-        return table
-    measured = sorted((p.name for p in base.glob("*") if (p / "matrix.jsonl").is_file()), key=version_tuple)
-    listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
-    raise HarnessError(
-        f"--torch {release}: no table of torch {release} in {base} ({listed}); "
-        "add the release to [profiles.torch] torch and run `nox -s matrix -- --profile torch`"
-    )
-
-
 def _recommend(args: argparse.Namespace) -> int:
-    from harness.answer import published, recommend
+    from harness.answer import ask
 
-    if args.torch is not None:
-        args.results = str(_torch_table(args.torch, args.results))
-        _note(f"answering from {args.results} (exported with torch {args.torch})")
-    given = args.results or published.default_results()
-    with _reading(given):
-        source = str(published.table_path(given))
-    # A runtime only a profile of its own measured: that profile's table.
-    if args.results is None and (found := recommend.table_for(args.runtime, source)) != source:
-        _note(f"answering from {found} (the profile that measured {args.runtime})")
-        source = found
-    if args.results is None and _cases(args) and (found := recommend.cases_table(_cases(args) or [], source)) != source:
-        _note(f"answering from {found} (the profile that measured {args.cases})")
-        source = found
-    with _reading(source):  # a damaged table is one line naming it (its optional files beside it are skipped)
-        if partial := published.read_partial(source):
-            _note(f"{source} is a PARTIAL table ({len(partial)} shard(s) were not whole): {partial[0]}; its answer may change")
-        runtime = recommend.resolve_runtime(args.runtime, published.read_pins(source), source)
-        cells = published.read_cells(source, runtime=runtime)  # the other columns do not enter the answer
-    with _reading(Path(source).with_name(published.CASES)):
-        cases = published.read_cases(source)
-    loads, rewrites = published.read_frontier(source).get(runtime), published.read_rewrites(source)
-    if (missing := recommend.missing_column(runtime, args.provider, cells, source)) is not None:
-        raise HarnessError(missing)
-    names, selection = recommend.select(cells, cases, source, cases=_cases(args) or (), corpus=args.corpus, everything=args.all)
-    answer = recommend.recommend(
-        cells, runtime, args.provider, names, selection, loads, exporter=args.exporter, rewrites=rewrites
+    asked = ask.ask(
+        args.runtime,
+        provider=args.provider,
+        exporter=args.exporter,
+        results=args.results,
+        cases=_cases(args) or (),
+        corpus=args.corpus,
+        everything=args.all,
+        torch=args.torch,
+        installed_torch=ask.installed_torch(),
     )
-    print(recommend.render(answer))
-    return 0 if answer.best else 1
+    if args.json:
+        print(json.dumps(ask.to_json(asked), ensure_ascii=False, indent=1))
+    else:
+        print(ask.text(asked))
+    return asked.code
 
 
 def _ranges(opsets: tuple[int, ...]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness.answer import recommend
+from harness.answer import lookup
 from harness.answer.published import read_cases, read_cells
 from harness.config.matrix import Profile, load
 from harness.core.records import Stage, Status
@@ -102,8 +102,9 @@ def test_a_record_that_timed_out_still_names_its_case_for_recommend(exported) ->
     assert records["slow_build"].card["source_file"].endswith("budget_cases.py") and records["slow_build"].card["symptom"] == "s"
     cards = read_cases(results)
     cells = read_cells(results)
-    names, _ = recommend.select(cells, cards, str(results), corpus=[str(out.parent / "budget_cases.py")])
-    assert set(names) == {"slow_build", "slow_build_own", "slow_reference"}, "every case of the file, the timed-out ones too"
+    measured = list(dict.fromkeys(c.case for c in cells))
+    chosen = lookup.select(measured, cards, str(results), corpus=[str(out.parent / "budget_cases.py")])
+    assert set(chosen.cases) == {"slow_build", "slow_build_own", "slow_reference"}, "every case of the file, the timed-out too"
 
 
 def test_a_slow_reference_pass_costs_the_localization_data_never_the_export(exported) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.answer import published, recommend
+from harness.answer import lookup, published
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.publish import gpu_outputs as gpuref
 from harness.publish.markdown import _beside_lines
@@ -255,5 +255,5 @@ def test_the_default_table_lists_the_columns_published_beside_it_and_recommend_f
     for cell in _cells(results / "gpu" / "matrix.jsonl"):  # every record of an NVIDIA column names its GPU
         assert ("gpu" in cell) == (cell["provider"] != "cpu")
     table = str(results / "matrix.jsonl")
-    assert recommend.table_for("ortgpu-1.31.1", table) == str(results / "gpu" / "matrix.jsonl")
-    assert recommend.table_for("1.32.0", table) == table and recommend.table_for("ortgpu-9.9.9", table) == table
+    assert lookup.runtime_table("ortgpu-1.31.1", table) == str(results / "gpu" / "matrix.jsonl")
+    assert lookup.runtime_table("1.32.0", table) == table and lookup.runtime_table("ortgpu-9.9.9", table) == table

@@ -147,3 +147,32 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 141
     with proc.stderr:
         assert b"Traceback" not in proc.stderr.read()
+
+
+def test_json_for_scripts_says_what_the_text_says_and_follows_its_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = json.loads((ROOT / "docs" / "schemas" / "harness.diff-1.schema.json").read_text())
+    old = write(tmp_path / "old.jsonl", [*OLD, cell("p", Status.PASS, runtime="onnxruntime==1.30.0")])
+    moved = cell("p", Status.MISMATCH, runtime="onnxruntime==1.30.1", error_line="2/4 differ")
+    new = write(tmp_path / "new.jsonl", [*NEW, moved])
+    proc = harness("diff", str(old), str(new), "--json", "--limit", "1")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, schema)
+    assert data["counts"] == {"regression": 2, "fix": 1, "changed": 1, "new": 1, "gone": 1} and data["exit"] == 1
+    assert data["pairs"] == [["onnxruntime==1.30.0", "onnxruntime==1.30.1"]]
+    regression = {g["case"]: g for g in data["changes"]["regression"]}  # every group, whatever --limit says
+    assert set(regression) == {"a", "p"} and regression["a"]["probes"] == ["batch3"]
+    a = regression["a"]
+    assert (a["old"], a["new"], a["detail"]) == ("pass", "run-fail", "Got invalid dimensions")
+    assert regression["p"]["old_runtime"] == "onnxruntime==1.30.0" and regression["p"]["runtime"] == "onnxruntime==1.30.1"
+    assert data["changes"]["gone"][0]["new"] is None and data["changes"]["new"][0]["old"] is None
+    bad = harness("diff", str(old), str(tmp_path / "missing.jsonl"), "--json")
+    assert bad.returncode == 2 and json.loads(bad.stdout)["exit"] == 2
+    jsonschema.validate(json.loads(bad.stdout), schema)
+    doc = (ROOT / "docs" / "reading-the-table.md").read_text(encoding="utf-8")
+    doc = doc.split("#### `diff --json`", 1)[1].split("###", 1)[0]
+    for field in schema["properties"]:
+        if field != "error":
+            assert f"`{field}`" in doc, field

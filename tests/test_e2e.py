@@ -304,7 +304,7 @@ def test_the_readme_user_corpus_example(smoke: dict, build: Path) -> None:  # ty
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{NEWEST.pin} on cpu, 1 case from examples/my_models.py:" in proc.stdout
+    assert f"{NEWEST.pin} on cpu, 1 case from examples/my_models.py (my_classifier):" in proc.stdout
     assert "recommended: " in proc.stdout and "the 1 selected case passes every probe" in proc.stdout
 
 

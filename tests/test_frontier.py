@@ -19,7 +19,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from harness.answer import published, recommend
+from harness.answer import lookup, published, recommend
 from harness.build import cache, frontier
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,8 +145,8 @@ def test_recommend_explains_a_refusal_with_the_frontier() -> None:
     loads = _published_frontier()
     cells = published.read_cells(RESULTS / "matrix.jsonl")
     runtime = "onnxruntime==1.16.3"
-    names, selection = recommend.select(cells, published.read_cases(RESULTS / "matrix.jsonl"), "results")
-    answer = recommend.recommend(cells, runtime, "cpu", names, selection, loads[runtime])
+    chosen = lookup.select(list(dict.fromkeys(c.case for c in cells)), published.read_cases(RESULTS / "matrix.jsonl"), "results")
+    answer = recommend.recommend(cells, runtime, "cpu", chosen.cases, chosen.said, loads[runtime])
     text = recommend.render(answer)
     assert text.splitlines()[1] == "1.16.3 loads up to IR 9 / opset 19 (measured)"
     dynamo = [o for o in answer.options if o.exporter == "dynamo"]

@@ -438,3 +438,54 @@ def test_a_real_model_named_by_its_title_shows_its_rows_and_the_answer_for_it_al
         assert p.errors == [], p.errors
     finally:
         p.close()
+
+
+def test_every_status_symbol_is_a_glyph_of_the_fonts_here_not_an_empty_box(chromium: Any, tmp_path: Path) -> None:
+    """On a host with no emoji font (this one: DejaVu only), each status symbol the page and the README use is drawn by a
+    real font: drawn on a canvas in the grid's font, it differs from what Chromium draws for a code point no font has
+    (its empty box). ✅, 💥 and ⏱, the symbols before, drew that box. A screenshot is kept beside the test."""
+    p = Page(chromium, PUBLISHED.as_uri())
+    try:
+        drawn = p.page.evaluate(
+            """(symbols) => {
+                const family = getComputedStyle(document.querySelector('#grid td')).fontFamily;
+                const draw = (ch) => { const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+                  const x = c.getContext('2d'); x.font = `40px ${family}`; x.fillText(ch, 4, 48); return c.toDataURL(); };
+                const box = draw('\\u{10FFFD}'), blank = draw('');
+                return symbols.map((s) => [s, draw(s) !== box && draw(s) !== blank]);
+            }""",
+            [s.symbol for s in Status] + ["✅"],
+        )
+        *ours, (_, emoji) = drawn
+        assert all(ok for _, ok in ours), [s for s, ok in ours if not ok]
+        assert not emoji, "the check cannot tell an empty box from a glyph here"
+        p.page.screenshot(path=str(tmp_path / "statuses.png"))
+    finally:
+        p.close()
+
+
+def test_the_torch_page_fits_a_phone_with_whole_table_cells(chromium: Any) -> None:
+    """results/torch/index.html at 390 px: as wide as the screen (a viewport; a wide table scrolls in its own box), and
+    every table row has its header's number of cells (an escaped ``|`` in a cell stays in it)."""
+    torch_page = ROOT / "results" / "torch" / "index.html"
+    if not torch_page.exists():
+        pytest.fail(f"{torch_page} is missing: run `nox -s matrix -- --profile torch`")
+    page_ = chromium.new_page(viewport={"width": 390, "height": 800})
+    try:
+        page_.goto(torch_page.as_uri())
+        assert page_.evaluate("document.documentElement.scrollWidth") <= 390
+        ragged = page_.evaluate(
+            """() => [...document.querySelectorAll('table')].flatMap((t) => {
+                const n = t.tHead.rows[0].cells.length;
+                return [...t.tBodies[0].rows].filter((r) => r.cells.length !== n).map((r) => r.textContent.slice(0, 80));
+            })"""
+        )
+        assert ragged == []
+        assert page_.locator("text=\\|").count() == 0, "a backslash-escaped pipe shown as such"
+    finally:
+        page_.close()
+    q = Page(chromium, PUBLISHED.as_uri())  # the main page links the table across torch releases
+    try:
+        assert q.page.locator('#meta a[href="torch/index.html"]').count() == 1
+    finally:
+        q.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.answer import recommend
+from harness.answer import published, recommend
 from harness.core.records import CellRecord, Stage, Status, runtime_wide
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,17 +42,13 @@ def _applicable(rows: list[dict[str, Any]], cases: set[str]) -> dict[str, set[st
 
 
 def _options(rows: list[dict[str, Any]], runtime: str, cases: set[str]) -> dict[tuple[str, int], bool]:
-    """From raw rows and rewrites.json: per (exporter, opset asked) on ``runtime``'s CPU column, whether every
-    selected case that applies to the exporter passes every probe there (a request the exporter wrote at
-    another opset is that row; a skipped cell is neither a pass nor a failure)."""
-    rewrites = json.loads((RESULTS / "rewrites.json").read_text()) if (RESULTS / "rewrites.json").exists() else []
+    """From raw rows: per (exporter, opset written) on ``runtime``'s CPU column, whether every selected case that
+    applies to the exporter passes every probe there (a case with no row there, because asked for it the exporter
+    wrote another opset, fails it; a skipped cell is neither a pass nor a failure)."""
     status: dict[tuple[str, int, str], set[str]] = {}
     for r in rows:
         if r["runtime"] == runtime and r["provider"] == "cpu" and r["case"] in cases:
             status.setdefault((r["exporter"], r["opset"], r["case"]), set()).add(r["status"])
-    for w in rewrites:
-        if (w["exporter"], w["asked"], w["case"]) not in status and (w["exporter"], w["wrote"], w["case"]) in status:
-            status[(w["exporter"], w["asked"], w["case"])] = status[(w["exporter"], w["wrote"], w["case"])]
     applies = _applicable(rows, cases)
     out: dict[tuple[str, int], bool] = {}
     for exporter, opset in {k[:2] for k in status}:
@@ -125,7 +121,7 @@ def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None
     [
         (
             ["--runtime", "1.17.1"],
-            "onnxruntime==1.17.1 is not in results/matrix.jsonl; nearest measured: onnxruntime==1.17.3, onnxruntime==1.16.3",
+            "onnxruntime==1.17.1 is not in results/matrix.jsonl; nearest measured: onnxruntime==1.17.3, onnxruntime==1.18.1",
         ),
         (["--runtime", "1.99.0"], "nearest measured: onnxruntime==1.32.0"),
         (["--runtime", "1.17.3", "--provider", "cuda"], "--provider cuda: onnxruntime==1.17.3 was measured on cpu only"),
@@ -134,12 +130,21 @@ def test_your_own_cases_and_the_whole_corpus(rows: list[dict[str, Any]]) -> None
         (["--runtime", "1.17.3", "--provider", "foo"], "--provider foo: not a provider the harness runs"),
         (["--runtime", "1.17.3", "--provider", "gpu"], "--provider gpu: not a provider the harness runs"),
         (["--runtime", "onxruntime==1.17.3"], "no package 'onxruntime' in results/matrix.jsonl; did you mean onnxruntime==1.17.3?"),  # noqa: E501
-        (["--runtime", "1.17.3", "--cases", "frozen_bach"], "did you mean 'frozen_batch'?"),
+        (["--runtime", "1.17.3", "--cases", "frozen_bach"], "did you mean 'frozen_batch', in results/?"),
         (["--runtime", "1.17.3", "--corpus", "examples/my_models.py"], "nox -s matrix -- --corpus examples/my_models.py"),
         (["--runtime", "1.17.3", "--results", "nowhere/matrix.jsonl"], "nowhere/matrix.jsonl: no such file"),
         (["--runtime", "abc"], "--runtime abc: 'abc' is not a version"),
         (["--runtime", "ort-1.x"], "'1.x' is not a version"),
         (["--runtime", "1.17.3", "--corpus", "no/such_models.py"], "--corpus no/such_models.py: no such file"),
+        (["--runtime", "1.20.2"], "nearest measured: onnxruntime==1.20.1, onnxruntime==1.19.2"),  # nearest first
+        (["--runtime", "onnxruntime=1.20.1"], "with ==, not '='; did you mean onnxruntime==1.20.1?"),
+        (["--runtime", "onnxruntime>=1.20"], "give one measured pin, with ==, not '>='"),
+        (["--runtime", "1.20.1", "--cases", "Lama"], "'Lama' is in no published table (did you mean 'llama', in results/architectures/?)"),  # noqa: E501
+        (["--runtime", "1.20.1", "--cases", "bert,frozen_batch_fixed"], "no one table measured them together (bert in results/architectures/; frozen_batch_fixed in results/)"),  # noqa: E501
+        (["--runtime", "1.20.1", "--cases", "nope_nothing"], "published table; `python -m harness list --results results`, "),
+        (["--runtime", "1.20.1", "--results", "results", "--cases", "nope_nothing"], "lists its 110 cases"),
+        (["--runtime", "1.20.1", "--torch", ".."], "--torch ..: not a torch release; write X.Y.Z"),
+        (["--runtime", "1.20.1", "--torch", "../architectures"], "--torch ../architectures: not a torch release"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str) -> None:
@@ -163,7 +168,8 @@ def test_the_default_table_is_the_checkouts_wherever_it_is_asked(tmp_path: Path,
     assert proc.returncode in (0, 1), proc.stderr
     assert proc.stdout.startswith(f"{newest} on cpu, ") and "recommended: " in proc.stdout
     here = harness("recommend", "--runtime", newest)
-    assert proc.stdout == here.stdout
+    assert f"answered from {RESULTS / 'matrix.jsonl'} " in proc.stdout  # said as it is found from there
+    assert proc.stdout.replace(f"{ROOT}/", "") == here.stdout
 
 
 def _cell(case: str, exporter: str, opset: int, status: Status, runtime: str = "onnxruntime==1.20.1") -> CellRecord:
@@ -253,27 +259,32 @@ def test_recommend_for_one_exporter_on_the_newest_runtime_names_an_opset_of_it(r
         assert f"{other} opset" not in proc.stdout
 
 
-def test_a_request_the_exporter_wrote_at_another_opset_is_answered_by_that_row() -> None:
-    """Asked for 28, dynamo keeps 18 for an SDPA model (its converter does not take it up): the table holds one
-    row, at 18; the option "dynamo opset 28" is answered by it, and says so, rather than "not measured"."""
+def test_a_request_the_exporter_wrote_at_another_opset_is_no_file_at_that_opset() -> None:
+    """Asked for 28, dynamo keeps 18 for an SDPA model (its converter cannot take it up): the table holds one row, at
+    18. The option "dynamo opset 28" has no file of that model: it fails there (a user asking for 28 believes they
+    ship 28), and the option it has, 18, says which requests write it."""
     cells = [
         _cell("sdpa", "dynamo", 18, Status.PASS),
         _cell("plain", "dynamo", 18, Status.PASS),
         _cell("plain", "dynamo", 28, Status.PASS),
     ]
-    blind = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases")
-    assert blind.best is not None and blind.best.opset == 18  # without the fact, 28 lacks sdpa
     answer = recommend.recommend(
         cells, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases", rewrites={("sdpa", "dynamo", 28): 18}
     )
-    assert answer.best is not None and answer.best.opset == 28 and answer.best.written == (("sdpa", 18),)
-    assert answer.best.corpus_total == 2
-    assert "sdpa written at opset 18 (asked for 28, the exporter kept what it built)" in recommend.render(answer)
-    failing = [_cell("sdpa", "dynamo", 18, Status.MISMATCH), _cell("plain", "dynamo", 28, Status.PASS)]
-    worse = recommend.recommend(
-        failing, "onnxruntime==1.20.1", "cpu", ["sdpa", "plain"], "2 cases", rewrites={("sdpa", "dynamo", 28): 18}
-    )
-    assert [c for c, _ in next(o for o in worse.options if o.opset == 28).failing] == ["sdpa"]
+    assert answer.best is not None and answer.best.opset == 18 and answer.best.asks == (18,)
+    at28 = next(o for o in answer.options if o.opset == 28)
+    assert not at28.ok and at28.elsewhere == (("sdpa", 18),) and at28.corpus_total == 2
+    assert at28.failing == (("sdpa", "no file at opset 28: asking for 28 writes opset 18"),)
+    alone = recommend.recommend(cells, "onnxruntime==1.20.1", "cpu", ["sdpa"], "1 case", rewrites={("sdpa", "dynamo", 28): 18})
+    assert alone.best is not None and alone.best.opset == 18 and alone.best.asks == (18, 28) and alone.best.ask == 18
+    assert "dynamo: opset 18: the 1 case passes; asking for 18, 28 writes opset 18" in recommend.render(alone)
+    # A runtime that loads up to 21: the answer for the SDPA model alone is its file's opset, 18, never 28.
+    loads = {"runtime": "onnxruntime==1.18.1", "max_ir": 10, "max_opset": 21}
+    old = [c.replace(runtime="onnxruntime==1.18.1") for c in cells]
+    old[2] = old[2].replace(status=Status.LOAD_FAIL)
+    rewrites = {("sdpa", "dynamo", 28): 18}
+    past = recommend.recommend(old, "onnxruntime==1.18.1", "cpu", ["sdpa"], "1 case", loads, rewrites=rewrites)
+    assert past.best is not None and past.best.opset == 18 <= 21
 
 
 def test_the_runtimes_the_help_gives_as_examples_are_answered() -> None:
@@ -370,3 +381,82 @@ def test_the_summary_counts_every_exporter_and_opset_as_recommend_does(rows: lis
         )
         for opt in answer.options:
             assert shown[f"{opt.exporter} {opt.opset}"] == f"{opt.corpus_pass}/{opt.corpus_total}", (pin, opt.label)
+
+
+def test_lookups_a_person_would_expect() -> None:
+    """A minor alone is its newest patch (and says so); a case by its name or title in any case, from the table that
+    measured it, which the answer names."""
+    minor = harness("recommend", "--runtime", "1.20")
+    assert minor.returncode in (0, 1), minor.stderr
+    assert "1.20 is onnxruntime==1.20.1, the newest 1.20.x measured" in minor.stdout
+    assert minor.stdout.replace("1.20 is onnxruntime==1.20.1, the newest 1.20.x measured\n", "") == harness(
+        "recommend", "--runtime", "onnxruntime==1.20.1"
+    ).stdout
+    for given in ("Llama", "LLAMA", "llama (PREFILL)"):
+        proc = harness("recommend", "--runtime", "1.20.1", "--cases", given)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "1 case from --cases (llama)" in proc.stdout and "answered from results/architectures/matrix.jsonl" in proc.stdout
+    step = harness("recommend", "--runtime", "1.20.1", "--cases", " llama   (decode step) ")
+    assert "(llama_step)" in step.stdout, step.stderr
+    listed = harness("list", "--results", "results/architectures")
+    assert listed.returncode == 0 and "llama_step" in listed.stdout and listed.stdout.strip().endswith(
+        "57 cases in results/architectures/matrix.jsonl"
+    ), listed.stdout[-300:]
+
+
+def test_json_for_scripts_follows_its_schema_and_never_names_an_opset_the_runtime_cannot_load() -> None:
+    import jsonschema
+
+    schema = json.loads((ROOT / "docs" / "schemas" / "harness.recommend-1.schema.json").read_text())
+    proc = harness("recommend", "--json", "--runtime", "onnxruntime==1.18.1", "--cases", "bert")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, schema)
+    assert data["recommended"]["opset"] <= data["loads"]["max_opset"] == 21
+    assert data["table"] == "results/architectures/matrix.jsonl" and data["measured_with"]["torch"].startswith("2.")
+    assert data["exit"] == 0 and data["options"][0]["ok"]
+    refused = harness("recommend", "--json", "--runtime", "9.9.9")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    error = json.loads(refused.stdout)
+    jsonschema.validate(error, schema)
+    assert error["exit"] == 2 and "nearest measured" in error["error"]
+    # The documented fields are the schema's: a field added to one and not the other fails here.
+    doc = (ROOT / "docs" / "reading-the-table.md").read_text(encoding="utf-8")
+    section = doc.split("#### `recommend --json`", 1)[1].split("####", 1)[0]
+    for field in schema["properties"]:
+        if field != "error":
+            assert f"`{field}`" in section, field
+
+
+def test_the_torch_release_the_default_table_measured_is_the_default_table() -> None:
+    """`--torch` with the torch the default table was exported with answers from the default table itself: the same
+    answer as without it. Another release's narrower table says what it measured."""
+    built = published.measured_with(RESULTS / "matrix.jsonl")["torch"].split("+")[0]
+    same = harness("recommend", "--runtime", "1.32.0", "--torch", built)
+    plain = harness("recommend", "--runtime", "1.32.0")
+    assert same.returncode == plain.returncode and same.stdout == plain.stdout
+    older = sorted((p.name for p in (RESULTS / "torch").glob("*") if (p / "matrix.jsonl").is_file()), key=_version_of)
+    if not older:
+        pytest.skip("no torch release table published")
+    proc = harness("recommend", "--runtime", "1.32.0", "--torch", older[0])
+    assert proc.returncode in (0, 1), proc.stderr
+    head = proc.stdout.splitlines()[:4]
+    said = f"torch {older[0]}'s table measured "
+    assert any(line.startswith(said) and "only (the default table:" in line for line in head), head
+
+
+def _version_of(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
+def test_your_own_torch_is_named_with_its_table() -> None:
+    from harness.answer import ask
+
+    asked = ask.ask("1.32.0")
+    built = asked.measured_with["torch"].split("+")[0]
+    assert ask.local_torch(asked, built + "+cu126", None, str(RESULTS)) == []  # the same release: nothing to say
+    releases = sorted((p.name for p in (RESULTS / "torch").glob("*") if (p / "matrix.jsonl").is_file()), key=_version_of)
+    if releases:
+        said = ask.local_torch(asked, releases[0] + "+cu121", None, str(RESULTS))
+        assert said and f"`--torch {releases[0]}` answers from its table" in said[0]
+    assert "which no published table measured" in ask.local_torch(asked, "2.99.0", None, str(RESULTS))[0]

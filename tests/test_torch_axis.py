@@ -250,7 +250,7 @@ def test_recommend_answers_for_a_release_and_a_rerun_does_nothing(axis: Path) ->
         text=True,
     )
     assert proc.returncode in (0, 1), proc.stderr
-    assert f"answering from {axis / 'results' / '2.7.1'}" in proc.stderr and "onnxruntime==1.32.0" in proc.stdout
+    assert f"answered from {axis / 'results' / '2.7.1' / 'matrix.jsonl'} " in proc.stdout and "onnxruntime==1.32.0" in proc.stdout
     nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
     again = subprocess.run(
         [nox, "-f", str(ROOT / "noxfile.py"), "-s", "matrix", "--", "--profile", "smoke-torch", "--cases", CASES, *_out(axis)],
@@ -311,3 +311,21 @@ def test_the_default_report_keeps_the_torch_tables_published_inside_its_folder(t
     (across / "notes.txt").write_text("mine\n")
     with pytest.raises(HarnessError, match="torch is not part of a report"):
         published.kept(tmp_path / "results")
+
+
+def test_the_torch_the_default_table_was_exported_with_is_that_table(tmp_path: Path) -> None:
+    """The profile's release that `[export] torch` pins is not measured again, narrower: the table across releases
+    reads the default table for it, unless a table of its own was published for it (a run with its own corpus or
+    cases measures every release, since the default table did not measure those)."""
+    from harness.answer import torch_table
+
+    m = _load(tmp_path, '["2.7.1", "2.13.0"]')
+    profile = m.profile("t")
+    assert torch_table.reuses_default(m, profile, custom=False) == "2.13.0"
+    assert torch_table.reuses_default(m, profile, custom=True) is None
+    folders = torch_table.folders(m, profile, tmp_path / "torch")
+    assert folders == {"2.7.1": tmp_path / "torch" / "2.7.1", "2.13.0": torch_table.default_table(m)}
+    (tmp_path / "torch" / "2.13.0").mkdir(parents=True)
+    (tmp_path / "torch" / "2.13.0" / "matrix.jsonl").write_text("")
+    assert torch_table.folders(m, profile, tmp_path / "torch")["2.13.0"] == tmp_path / "torch" / "2.13.0"
+    assert torch_table.reuses_default(m, m.profile("default"), custom=False) is None  # it lists no releases

@@ -23,6 +23,8 @@ from harness.config.matrix import version_tuple
 from harness.core.records import CellRecord, Status
 
 KINDS = ("regression", "fix", "changed", "new", "gone")
+SCHEMA = "harness.diff/1"
+"""``diff --json``'s schema: its name and version. A field is added within a version, never renamed or removed."""
 _TITLES = {
     "regression": "Regressions (passed, now does not)",
     "fix": "Fixes (did not pass, now passes)",
@@ -131,6 +133,52 @@ def diff(old: Sequence[CellRecord], new: Sequence[CellRecord], *, pair: bool = T
     return Diff(tuple(changes), tuple(pairs), len(old), len(new), unchanged)
 
 
+def groups(result: Diff, kind: str) -> list[list[Change]]:
+    """One kind's changes in groups (the same artifact, runtime, provider and transition), oldest runtime first."""
+    by: dict[tuple[object, ...], list[Change]] = {}
+    for ch in result.of(kind):
+        c = ch.cell
+        transition = (ch.old.status if ch.old else None, ch.new.status if ch.new else None)
+        by.setdefault((c.case, c.exporter, c.opset, c.runtime, c.provider, transition), []).append(ch)
+    return sorted(by.values(), key=lambda g: (runtime_key(g[0].cell.runtime), g[0].cell.key))
+
+
+def _group_json(changes: list[Change]) -> dict[str, object]:
+    first = changes[0]
+    c = first.cell
+    said = first.new if first.new is not None and first.new.status is not Status.PASS else first.old
+    detail = (said.error_line or said.localization or said.note) if said is not None and said.status is not Status.PASS else ""
+    return {
+        "case": c.case,
+        "exporter": c.exporter,
+        "opset": c.opset,
+        "runtime": first.new.runtime if first.new is not None else c.runtime,
+        "old_runtime": first.old.runtime if first.old is not None else None,
+        "provider": c.provider,
+        "probes": sorted({ch.cell.probe for ch in changes}),
+        "old": first.old.status.value if first.old is not None else None,
+        "new": first.new.status.value if first.new is not None else None,
+        "detail": detail or "",
+    }
+
+
+def to_json(result: Diff, old_name: str, new_name: str) -> dict[str, object]:
+    """``diff --json``: :data:`SCHEMA` (docs/reading-the-table.md describes every field); every group, whatever
+    ``--limit`` says (it shortens the text only)."""
+    return {
+        "schema": SCHEMA,
+        "old": old_name,
+        "new": new_name,
+        "old_cells": result.old_cells,
+        "new_cells": result.new_cells,
+        "unchanged": result.unchanged,
+        "pairs": [list(p) for p in result.pairs],
+        "counts": {k: len(result.of(k)) for k in KINDS},
+        "changes": {k: [_group_json(g) for g in groups(result, k)] for k in KINDS},
+        "exit": 1 if result.regressions else 0,
+    }
+
+
 def _line(changes: list[Change]) -> str:
     """One group (same artifact, runtime, provider and transition) as one line."""
     first = changes[0]
@@ -162,13 +210,8 @@ def render(result: Diff, old_name: str, new_name: str, *, limit: int = 200) -> s
         changes = result.of(kind)
         if not changes:
             continue
-        by: dict[tuple[object, ...], list[Change]] = {}
-        for ch in changes:
-            c = ch.cell
-            transition = (ch.old.status if ch.old else None, ch.new.status if ch.new else None)
-            by.setdefault((c.case, c.exporter, c.opset, c.runtime, c.provider, transition), []).append(ch)
-        lines += ["", f"{_TITLES[kind]}: {len(changes)} cells in {len(by)} groups"]
-        ordered = sorted(by.values(), key=lambda g: (runtime_key(g[0].cell.runtime), g[0].cell.key))
+        ordered = groups(result, kind)
+        lines += ["", f"{_TITLES[kind]}: {len(changes)} cells in {len(ordered)} groups"]
         shown = ordered if limit <= 0 else ordered[:limit]
         lines += [f"  {_line(g)}" for g in shown]
         if len(shown) < len(ordered):

@@ -19,7 +19,6 @@ from typing import Any
 from harness.answer import recommend
 from harness.answer.published import group_by, opset_ranges, runs, runtime_order, shorten, worst_hit
 from harness.build import frontier
-from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
 
@@ -43,23 +42,16 @@ def per_model(
     loads: Mapping[str, Mapping[str, Any]] | None = None,
     rewrites: Mapping[tuple[str, str, int], int] | None = None,
     cards: Mapping[str, Mapping[str, str]] | None = None,
+    cols: Sequence[recommend.Column] | None = None,
 ) -> list[ModelAnswer]:
-    """What ``harness recommend --cases <model>`` answers for each of ``cases`` on every runtime × provider."""
-    columns = group_by(cells, "runtime", "provider")
-    order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}
-    keys = sorted(columns, key=lambda k: (order[k[0]], k[1]))
+    """What ``harness recommend --cases <model>`` answers for each of ``cases`` on every runtime × provider: one
+    :func:`harness.answer.recommend.combine` per model and column (``cols``: the table's columns, where already
+    made)."""
+    cols = recommend.columns(cells, loads, rewrites) if cols is None else cols
     out = []
     for case in cases:
-        said = []
-        for pin, provider in keys:
-            try:
-                answer = recommend.recommend(
-                    columns[(pin, provider)], pin, provider, [case], case, (loads or {}).get(pin), rewrites=rewrites
-                )
-            except HarnessError:
-                continue
-            said.append((pin, provider, _label(answer)))
-        out.append(ModelAnswer(case, title(case, cards or {}), tuple(said)))
+        said = tuple((col.runtime, col.provider, label(recommend.combine(col, [case], case))) for col in cols)
+        out.append(ModelAnswer(case, title(case, cards or {}), said))
     return out
 
 
@@ -69,7 +61,8 @@ furthest (it ran and mismatched), the highest opset among those; not the highest
 everywhere is merely the newest one the runtime refuses."""
 
 
-def _label(answer: recommend.Answer) -> str:
+def label(answer: recommend.Answer) -> str:
+    """``dynamo 28``, or ``none (closest: dynamo 18, mismatch)``: one model's answer on one column, in short."""
     best = answer.best
     if best is not None:
         return f"{best.exporter} {best.opset}"

@@ -7,10 +7,12 @@ this module imports only the standard library: it runs from a bare clone
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,7 +20,7 @@ from harness.build import lock
 from harness.config import runtimes
 from harness.core import schema
 from harness.core.errors import HarnessError
-from harness.core.records import CellRecord, Status
+from harness.core.records import CellRecord, Rewrite, Status, first_line
 
 CASES = "cases.json"
 """Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
@@ -168,6 +170,14 @@ def tables_beside(results: Path) -> list[dict[str, Any]]:
     return out
 
 
+def torch_beside(results: Path) -> dict[str, Any] | None:
+    """The table across torch releases published inside ``results`` (``results/torch/``: its ``torch.json``), for the
+    main table to link: its folder and releases; None where there is none."""
+    summary = _json_beside(TORCH_SUMMARY.removesuffix(".json"), results / "torch" / "matrix.jsonl")
+    releases = [r.get("torch") for r in summary.get("releases", []) if isinstance(r, dict)]
+    return {"folder": "torch", "releases": [str(r) for r in releases if r]} if releases else None
+
+
 def _json_beside(name: str, table: Path) -> dict[str, Any]:
     """``<name>.json`` beside a published table; empty where it is missing or not a JSON object."""
     try:
@@ -203,6 +213,34 @@ def read_rewrites(table: str | Path) -> dict[tuple[str, str, int], int]:
         return {}
 
 
+def read_rewrite_records(table: str | Path) -> list[Rewrite]:
+    """``rewrites.json`` beside a published ``matrix.jsonl`` as records (the exporter's reason with each; [] without
+    one)."""
+    try:
+        data = json.loads(Path(table).with_name(REWRITES).read_text(encoding="utf-8"))
+        out = []
+        for w in data:
+            reason = str(w.get("reason") or "")
+            out.append(Rewrite(str(w["case"]), str(w["exporter"]), int(w["asked"]), int(w["wrote"]), bool(w["kept"]), reason))
+        return out
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
+def rewrite_groups(rewrites: Iterable[Rewrite]) -> list[tuple[str, tuple[int, ...], int, str, tuple[str, ...]]]:
+    """(exporter, opsets asked, opset written, the exporter's reason, cases): each way an exporter, asked for an opset,
+    wrote a lower one, once, with every case it holds for (the opset asked in the reason said as ``N``)."""
+    per_case: dict[tuple[str, str, int, str], list[int]] = {}
+    for w in rewrites:  # the same words for each opset asked: "… the target version N …"
+        reason = re.sub(rf"(?<![\d$.]){w.asked}(?![\d.])", "N", w.reason)
+        per_case.setdefault((w.exporter, w.case, w.wrote, reason), []).append(w.asked)
+    groups: dict[tuple[str, tuple[int, ...], int, str], list[str]] = {}
+    for (exporter, case, wrote, reason), asked in per_case.items():
+        groups.setdefault((exporter, tuple(sorted(asked)), wrote, reason), []).append(case)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], -len(kv[1]), kv[0][3]))
+    return [(e, asked, wrote, reason, tuple(cases)) for (e, asked, wrote, reason), cases in ordered]
+
+
 def read_partial(table: str | Path) -> list[str]:
     """What was not whole when a partial report was published (``environment.json`` beside ``matrix.jsonl``),
     or [] for a whole one."""
@@ -228,10 +266,54 @@ _RUNTIME = re.compile(r'"runtime":\s*"([^"]*)"')
 
 
 def read_pins(path: str | Path) -> list[str]:
-    """Every runtime pin of a published ``matrix.jsonl`` or a shard, oldest first, without parsing its cells."""
+    """Every runtime pin of a published ``matrix.jsonl`` or a shard, oldest first, without parsing its cells (read once
+    per file version: a question looks the runtime up in several tables)."""
     p = table_path(path)
+    stat = p.stat()
+    return list(_pins(str(p.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _pins(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    del mtime_ns, size  # the key: another version of the file is read again
+    with open(path, encoding="utf-8") as f:
+        return tuple(runtime_order({m.group(1) for line in f if (m := _RUNTIME.search(line))}))
+
+
+_AXIS = re.compile(r'"exporter":\s*"([^"]*)".*?"opset":\s*(\d+)')
+_ASKED = re.compile(r'"opset_asked":\s*(\d+)')
+
+
+def read_axes(path: str | Path) -> tuple[list[str], dict[str, list[int]]]:
+    """What a published ``matrix.jsonl`` measured, without parsing its cells: its runtime pins (oldest first) and,
+    per exporter, the opsets it was asked for (``rewrites.json`` beside it adds the requests it left out)."""
+    p = table_path(path)
+    pins: set[str] = set()
+    asked: dict[str, set[int]] = {}
     with open(p, encoding="utf-8") as f:
-        return runtime_order({m.group(1) for line in f if (m := _RUNTIME.search(line))})
+        for line in f:
+            if (m := _RUNTIME.search(line)) is not None:
+                pins.add(m.group(1))
+            if (axis := _AXIS.search(line)) is not None and axis.group(1) != "*":
+                opset = int(a.group(1)) if (a := _ASKED.search(line)) else int(axis.group(2))
+                asked.setdefault(axis.group(1), set()).add(opset)
+    for (_, exporter, opset) in read_rewrites(p):
+        asked.setdefault(exporter, set()).add(opset)
+    return runtime_order(pins), {e: sorted(o) for e, o in sorted(asked.items())}
+
+
+def environment(table: str | Path) -> dict[str, Any]:
+    """``environment.json`` beside a published ``matrix.jsonl``: what produced it ({} where missing or damaged)."""
+    return _json_beside("environment", Path(table))
+
+
+def measured_with(table: str | Path) -> dict[str, str]:
+    """The versions a published table was exported with (``environment.json``'s ``export``): torch (its build named as
+    installed: ``2.13.0+cpu``), onnx, onnxscript; {} where it does not say."""
+    export = _json_beside("environment", Path(table)).get("export")
+    if not isinstance(export, dict):
+        return {}
+    return {k: str(export[k]) for k in ("torch", "onnx", "onnxscript") if export.get(k)}
 
 
 def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:
@@ -348,6 +430,24 @@ def opset_ranges(opsets: Sequence[int]) -> str:
     """``(13, 17, 18, 19, 20)`` → ``opsets 13, 17–20``."""
     said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in consecutive(sorted(opsets)))
     return f"opset{'s' * (len(opsets) > 1)} {said}"
+
+
+@contextlib.contextmanager
+def reading(source: str | Path) -> Iterator[None]:
+    """A published table (or a file beside it) that is damaged: one line naming it, not a traceback."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise HarnessError(
+            f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason}); give a results/matrix.jsonl or a build/shards "
+            "file as `nox -s report` writes it"
+        ) from None
+    except OSError as exc:
+        raise HarnessError(f"{source}: cannot be read ({exc.strerror or exc}); check the path and its permissions") from None
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a file beside it of another shape
+        raise HarnessError(
+            f"{source}: damaged ({type(exc).__name__}: {first_line(str(exc))}); regenerate it with `nox -s report`"
+        ) from None
 
 
 _T = TypeVar("_T")

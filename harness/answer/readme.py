@@ -1,18 +1,25 @@
-"""The front door's answer: the block of the project's README that states it, generated from the published table.
+"""Words from the data: the README's answer block and every count the README and docs give of the published tables.
 
-The README shows a short excerpt of ``results/README.md``'s "Newest safe opset per runtime" table and one
-``harness recommend`` answer. Both are produced here from the published files, never typed: ``nox -s matrix``
-refreshes the block after each report of the default table (``harness readme``), and a test fails when the
-committed README's block is not what the committed table gives.
+The README shows the answer per onnxruntime version, one ``harness recommend`` answer, the torch it was measured with
+and each request an exporter wrote at another opset. All of it is produced here from the published files, never typed:
+``nox -s matrix`` refreshes the block after each report of the default table (``harness readme``), and a test fails
+when the committed README's block is not what the committed table gives.
+
+The same goes for each count the prose gives of a table (the gotchas, the families, the mismatches): it sits between
+``<!-- fact:NAME -->`` and ``<!-- /fact -->`` in README.md or a page of docs/, :data:`FACTS` computes it from the
+published files, ``harness readme`` rewrites it and ``harness readme --check`` (and the test) say when one is stale.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
-import subprocess
-import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from harness.answer import ask, published, recommend
 from harness.core.errors import HarnessError
 
 BEGIN = "<!-- answer:begin -->"
@@ -65,26 +72,53 @@ def _short(answer: str) -> str:
 
 
 def recommend_head(results: Path) -> list[str]:
-    """``harness recommend --runtime`` :data:`RUNTIME` on ``results``, up to its list of alternatives."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "recommend", "--runtime", RUNTIME, "--results", str(results)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise HarnessError(f"harness recommend --runtime {RUNTIME} failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    lines = proc.stdout.splitlines()
+    """``harness recommend --runtime`` :data:`RUNTIME` on ``results``, up to its list of alternatives: the one answer
+    (:func:`harness.answer.ask.ask`), as the command prints it wherever it runs (no note on the reader's own torch)."""
+    asked = ask.ask(RUNTIME, results=str(results))
+    asked = dataclasses.replace(asked, table=f"{results.name}/matrix.jsonl")  # as said from the checkout's root
+    lines = ask.text(asked).splitlines()
     head = lines[: lines.index("alternatives, best first:")] if "alternatives, best first:" in lines else lines
     while head and not head[-1].strip():
         head.pop()
     return head
 
 
+def rewrite_lines(results: Path) -> list[str]:
+    """One line per way an exporter, asked for an opset, silently wrote a lower one (``rewrites.json``)."""
+    lines = []
+    records = published.read_rewrite_records(results / "matrix.jsonl")
+    for exporter, asked, wrote, reason, cases in published.rewrite_groups(records):
+        named = ", ".join(f"`{c}`" for c in cases[:4]) + (f" and {len(cases) - 4} more" if len(cases) > 4 else "")
+        said = f" ({_reason(reason)})" if reason else ""
+        lines.append(
+            f"- **{exporter} asked for {recommend.span(list(asked))} writes opset {wrote}** for "
+            f"{len(cases)} case{'s' * (len(cases) != 1)}: {named}{said}"
+        )
+    return lines
+
+
+def _reason(reason: str) -> str:
+    """The exporter's words, the cause first: ``No Adapter From Version $22 for Attention`` from onnxscript's long
+    line, where it gives one in parentheses."""
+    m = re.search(r"\((\w+Error): (.*)\)$", reason)
+    return f"{m[1]}: {m[2]}" if m else published.shorten(reason, 140)
+
+
 def block(results: Path) -> str:
     """What goes between :data:`BEGIN` and :data:`END`, from the table published in ``results``."""
     table = safe_table((results / "README.md").read_text(encoding="utf-8"))
+    built = published.measured_with(results / "matrix.jsonl")
+    said = ", ".join(f"{k} {built[k]}" for k in ("torch", "onnx", "onnxscript") if k in built) or "versions not recorded"
+    asked = ask.axes_said(published.read_axes(results)[1])
+    head = [
+        f"Measured with {said}, at every opset each exporter writes ({asked}). Each opset named is the one the file "
+        "declares (the opset written).",
+        "",
+    ]
     console = ["```console", f"$ python -m harness recommend --runtime {RUNTIME}", *recommend_head(results), "```"]
-    return "\n".join([*table, "", *console])
+    rewrites = rewrite_lines(results)
+    tail = ["", "Asked for one opset, an exporter sometimes writes another, without a word:", "", *rewrites] if rewrites else []
+    return "\n".join([*head, *table, "", *console, *tail])
 
 
 def current(readme: str) -> str:
@@ -94,13 +128,138 @@ def current(readme: str) -> str:
     return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
+# Facts: each count the prose gives of a published table ---------------------------------------------------
+
+_FACT = re.compile(r"<!-- fact:(?P<name>[\w-]+) -->(?P<text>.*?)<!-- /fact -->", re.S)
+
+
+def _cards(results: Path) -> dict[str, dict[str, str]]:
+    return published.read_cases(results / "matrix.jsonl")
+
+
+def _gotchas(root: Path) -> str:
+    return f"{sum(bool(c.get('symptom')) and not c.get('fixes') for c in _cards(root / 'results').values()):,}"
+
+
+def _twins(root: Path) -> str:
+    return f"{sum(bool(c.get('fixes')) for c in _cards(root / 'results').values()):,}"
+
+
+def _families(root: Path) -> str:
+    cards = _cards(root / "results" / "architectures")
+    return f"{len({c.get('source_file') for c in cards.values()}):,}"
+
+
+def _architecture_cases(root: Path) -> str:
+    return f"{len(_cards(root / 'results' / 'architectures')):,}"
+
+
+def _rows(table: Path) -> list[dict[str, Any]]:
+    with open(table, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _scaled_floor(root: Path) -> str:
+    """The smallest scaled error among the default table's mismatches on finite outputs (the scaled bound alone
+    decided them), and the next case's; the other mismatches are NaN, inf, shape or integer differences."""
+    rows = [r for r in _rows(root / "results" / "matrix.jsonl") if r.get("status") == "mismatch"]
+    finite: dict[str, float] = {}
+    for r in rows:
+        d: dict[str, Any] = r["diff"] if isinstance(r.get("diff"), dict) else {}
+        special = any(d.get(f"{k}_out", 0) != d.get(f"{k}_ref", 0) for k in ("nan", "inf")) or d.get("shape_mismatch")
+        if d.get("scaled_error") is not None and not special:
+            case = str(r["case"])
+            finite[case] = min(float(d["scaled_error"]), finite.get(case, float("inf")))
+    ordered = sorted(finite.items(), key=lambda kv: kv[1])
+    if len(ordered) < 2:
+        return "(no mismatch on finite outputs in the published table)"
+    (first, low), (_, next_low) = ordered[0], ordered[1]
+    return (
+        f"the smallest scaled error among its {len(rows):,} mismatches is {low:.2g} (`{first}`), and every other case's "
+        f"is {next_low:.2g} or more"
+    )
+
+
+def _frontier(root: Path) -> str:
+    loads = published.read_frontier(root / "results" / "matrix.jsonl")
+    first = next(iter(loads.values()), {})
+    irs, opsets = first.get("irs") or [0], first.get("opsets") or [0]
+    grid = f"IR {irs[0]}–{irs[-1]} × opset {opsets[0]}–{opsets[-1]}"
+    return f"{grid} with onnx {first.get('onnx', '?')}, {len(irs) * len(opsets)} models"
+
+
+def _openvino(root: Path) -> str:
+    folder = root / "results" / "openvino"
+    env = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
+    date = str(env.get("generated", "?")).split(" ")[0]
+    return f"the table published on {date}: both releases, {int(env.get('cells', 0)):,} cells"
+
+
+FACTS: dict[str, Callable[[Path], str]] = {
+    "gotchas": _gotchas,
+    "twins": _twins,
+    "families": _families,
+    "architecture-cases": _architecture_cases,
+    "scaled-floor": _scaled_floor,
+    "frontier": _frontier,
+    "openvino": _openvino,
+}
+"""Each fact the prose may give, by name, from the project's root (its published ``results/``)."""
+
+PAGES = ("README.md", "docs/*.md")
+"""Where facts are looked for."""
+
+
+def _pages(root: Path) -> list[Path]:
+    return sorted({p for pattern in PAGES for p in root.glob(pattern)})
+
+
+def facts(root: Path, *, write: bool = True) -> list[str]:
+    """Each marked fact of the README and docs/ that is not what the published tables give (``page: name``); with
+    ``write``, rewritten. A fact whose table is missing or damaged is refused in one line.
+
+    Raises:
+        HarnessError: a page names a fact :data:`FACTS` does not know, or its table cannot be read.
+    """
+    stale: list[str] = []
+    cache: dict[str, str] = {}
+    for page in _pages(root):
+        text = page.read_text(encoding="utf-8")
+
+        def value(m: re.Match[str], page: Path = page) -> str:
+            name = m["name"]
+            if name not in FACTS:
+                raise HarnessError(f"{page}: <!-- fact:{name} --> is no fact this harness gives ({', '.join(FACTS)})")
+            if name not in cache:
+                try:
+                    cache[name] = FACTS[name](root)
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise HarnessError(f"{page}: fact {name}: its table cannot be read ({exc}); publish it first") from None
+            if m["text"] != cache[name]:
+                stale.append(f"{page.relative_to(root)}: {name}")
+            return f"<!-- fact:{name} -->{cache[name]}<!-- /fact -->"
+
+        new = _FACT.sub(value, text)
+        if write and new != text:
+            page.write_text(new, encoding="utf-8")
+    return stale
+
+
+def named(root: Path) -> Sequence[str]:
+    """Every fact name the README and docs/ mark (the test checks each is one :data:`FACTS` gives)."""
+    return [m["name"] for page in _pages(root) for m in _FACT.finditer(page.read_text(encoding="utf-8"))]
+
+
 def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
-    """Whether the README's block is not what ``results`` gives; with ``write``, rewrite it then (nothing is
-    written when it is)."""
+    """Whether the README's block, or a fact of the README or docs/, is not what ``results`` gives; with ``write``,
+    rewrite them then (nothing is written when they are). Facts are refreshed where ``results`` is the project's own
+    published table (the README beside it)."""
     text = readme_path.read_text(encoding="utf-8")
     new = block(results)
+    root = readme_path.resolve().parent
+    stale_facts = facts(root, write=write) if results.resolve() == (root / "results").resolve() else []
     if current(text) == new:
-        return False
+        return bool(stale_facts)
     if not write:
         return True
     head, rest = text.split(BEGIN, 1)

@@ -1,60 +1,130 @@
 """``harness recommend``: which exporter and opset to ship for one runtime × provider, from the table.
 
-The answer is the highest opset, and the exporter, at which every selected
-case passes every probe on that runtime and provider; ties go to the
-exporter under which more of the whole corpus passes. Every other
-(exporter, opset) follows, ranked, with the selected cases that fail there
-and why. The selection is the user's own cases (``--corpus`` / ``--cases``),
-or by default the corpus's *safe* models: the fixed twins and the cases that
-carry no gotcha. Standard library only, like :mod:`harness.answer.published`.
+An option is what a user gets: an exporter and the opset its file *declares* (the opset written), with the requests
+that produce that file. The answer is the highest written opset, and the exporter, at which every selected case passes
+every probe on that runtime and provider; ties go to the exporter under which more of the whole table passes. Every
+other option follows, ranked, with the selected cases that fail there and why. A case the exporter, asked for an
+opset, wrote at another (dynamo keeps opset 18 for an SDPA model when its converter cannot go higher) has no file at
+the opset asked: it fails that option ("asking for 26 writes opset 18"), and the option it does have is the written
+one, which says which requests produce it. So no answer names an opset that the file does not declare, nor one the
+runtime cannot load.
+
+Every answer the project publishes comes from :func:`combine` over one :class:`Column` (the verdict of every case at
+every option of one runtime × provider): ``harness recommend`` (text and ``--json``), the README's "Newest safe opset
+per runtime", the answer per model, the table across torch releases, and the page (which receives each column's
+verdicts and combines them for whatever cases its filter selects, by the same rule: :data:`RANK_RULE`).
+Standard library only, like :mod:`harness.answer.published`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from harness.answer.published import consecutive, group_by, runtime_order, why
+from harness.answer.published import consecutive, group_by, runtime_order, why, worst
 from harness.build import frontier
-from harness.config import runtimes
-from harness.config.matrix import version_tuple
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
-_Cell = TypeVar("_Cell")
-"""A cell as a count reads it: a :class:`CellRecord`, or anything with a ``status``."""
+PASS, FAIL, SKIPPED, ELSEWHERE, UNMEASURED = "p", "f", "s", "w", "n"
+"""A case's verdict at one option, one letter (the page receives them as strings): it passes every probe; it fails; it
+does not apply to the exporter (every cell ``skipped``: neither a pass nor a failure); the exporter, asked for this
+opset, wrote another, so no file of it declares this one; nothing of it was measured at this opset."""
+
+RANK_RULE = (
+    "(not every case passes, no selected case applies, nothing the exporter writes loads here, cases failing, -opset, "
+    "-table passing, exporter)"
+)
+"""How options are ranked, best first (the page's script sorts by the same key)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One case at one option of a column."""
+
+    code: str
+    """:data:`PASS`, :data:`FAIL`, :data:`SKIPPED`, :data:`ELSEWHERE` or :data:`UNMEASURED`."""
+    why: str = ""
+    """For a failure: the worst status, the probes it hit, the first error line (``mismatch on every probe: …``)."""
+    wrote: int | None = None
+    """For :data:`ELSEWHERE`: the opset written when this one was asked."""
+    status: str = ""
+    """For a failure: the worst status of its cells (``mismatch``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """Every case's verdict at every option of one runtime × provider: what :func:`combine` answers from."""
+
+    runtime: str
+    provider: str
+    cases: tuple[str, ...]
+    """Every case measured in the column, in table order."""
+    verdicts: Mapping[tuple[str, int], Mapping[str, Verdict]]
+    """(exporter, opset written) → case → verdict."""
+    asked: Mapping[str, tuple[int, ...]]
+    """Per exporter, the opsets it was asked for (the requests measured)."""
+    wrote: Mapping[tuple[str, str, int], int]
+    """(case, exporter, opset asked) → opset written, where the two differ."""
+    loads: Mapping[str, Any] | None = None
+    """The runtime's measured frontier (:mod:`harness.build.frontier`)."""
+    unloadable: tuple[tuple[str, str], ...] = ()
+    """(exporter, why) for an exporter nothing of which loads here, for a reason the frontier gives."""
+
+    def cannot_load(self, exporter: str) -> str | None:
+        return dict(self.unloadable).get(exporter)
+
+    def written_for(self, case: str, exporter: str, asked: int) -> int:
+        return self.wrote.get((case, exporter, asked), asked)
 
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One (exporter, opset) on the asked runtime × provider."""
+    """One (exporter, opset written) on the asked runtime × provider, for the selected cases."""
 
     exporter: str
     opset: int
+    """The opset the files declare (every selected case's file, where it passes)."""
     failing: tuple[tuple[str, str], ...]
-    """(case, why) for each selected case that does not pass every probe here."""
+    """(case, why) for each selected case that does not pass every probe here, or has no file at this opset."""
     selected: int
     """Selected cases that apply to this exporter (a case that declares other exporters is skipped here)."""
     corpus_pass: int
     """Cases of the whole table that pass every probe here (the tie-break)."""
     corpus_total: int
+    """Cases of the whole table counted here: each that applies to the exporter and was asked for this opset."""
     skipped: tuple[tuple[str, str], ...] = ()
     """(case, why) for each selected case that does not apply to this exporter: neither a pass nor a failure."""
-    written: tuple[tuple[str, int], ...] = ()
-    """(case, opset written) for each selected case the exporter, asked for this opset, wrote at another: its
-    verdict is that row's (the same export)."""
+    asks: tuple[int, ...] = ()
+    """The opsets that, asked, write this one for every selected case that applies (of the requests measured)."""
+    elsewhere: tuple[tuple[str, int], ...] = ()
+    """(case, opset written) for each selected case that, asked for this opset, the exporter wrote at another: it has
+    no file here (it is among :attr:`failing`)."""
 
     @property
     def ok(self) -> bool:
-        return not self.failing
+        """Every selected case that applies passes (and one does: an exporter no selected case applies to answers
+        nothing)."""
+        return not self.failing and self.selected > 0
 
     @property
     def label(self) -> str:
         return f"{self.exporter} opset {self.opset}"
+
+    @property
+    def ask(self) -> int | None:
+        """The request to make for this file: this opset where asking for it writes it, else the lowest that does."""
+        if self.opset in self.asks:
+            return self.opset
+        return self.asks[0] if self.asks else None
+
+    def asks_said(self) -> str:
+        """``asking for 18–28 writes opset 18`` where more requests than this opset's own write it; "" otherwise."""
+        if not self.asks or self.asks == (self.opset,):
+            return ""
+        return f"asking for {span(list(self.asks))} writes opset {self.opset}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +132,10 @@ class Answer:
     runtime: str
     provider: str
     selection: str
-    """What was selected, in words (``26 cases: the fixed twins and the cases with no gotcha``)."""
+    """What was selected, in words (``54 cases: the fixed twins and the cases with no gotcha``)."""
     cases: tuple[str, ...]
     options: tuple[Option, ...]
-    """Best first: every (exporter, opset) the table measured on this runtime × provider."""
+    """Best first: every (exporter, opset written) the table measured on this runtime × provider."""
     frontier: str | None = None
     """What the runtime loads, measured (``loads up to IR 9 / opset 19 (measured)``)."""
     exporter: str | None = None
@@ -73,6 +143,10 @@ class Answer:
     unloadable: tuple[tuple[str, str], ...] = ()
     """(exporter, why) for an exporter nothing of which loads on this runtime, for a reason the frontier gives:
     ``dynamo writes IR 10; 1.17.3 loads up to IR 9``. Its options are that one reason, not a failure per case."""
+    max_ir: int | None = None
+    """The highest IR version the runtime loads (measured), where the frontier is known."""
+    max_opset: int | None = None
+    """The highest opset the runtime loads (measured), where the frontier is known."""
 
     @property
     def best(self) -> Option | None:
@@ -82,253 +156,76 @@ class Answer:
         return dict(self.unloadable).get(exporter)
 
 
-def table_for(spec: str, source: str) -> str:
-    """The published table that measured runtime ``spec``: ``source`` (``results/matrix.jsonl``) when it did, else the
-    first profile folder beside it that did (``results/gpu/``, ``results/openvino/``), so ``--runtime ortgpu-1.31.1
-    --provider cuda`` needs no ``--results``; ``source`` when none did (its refusal names the nearest measured)."""
-    from harness.answer.published import read_pins
-
-    for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
-        try:
-            resolve_runtime(spec, read_pins(table), table)
-        except (HarnessError, OSError, ValueError):  # not there, or damaged (not UTF-8): not the one that measured it
-            continue
-        return table
-    return source
+# The column: every case at every option -------------------------------------------------------------------
 
 
-def resolve_runtime(spec: str, measured: Iterable[str], source: str) -> str:
-    """``onnxruntime==1.17.3``, ``1.17.3``, ``ort-1.17.3`` (any kind's session id: ``ortgpu-1.31.1``, ``trt-10.13.3.9``)
-    → one of the ``measured`` pins, or one line naming the nearest measured ones (or saying that it is not a version)."""
-    pins = runtime_order(measured)
-    versions = [p.split("==")[1] for p in pins]
-    measured = f"{versions[0]} … {versions[-1]}" if len(pins) > 2 else ", ".join(pins) or "nothing"
-    text = spec.strip()
-    prefix, _, rest = text.partition("-")
-    if "==" not in text and (kind := runtimes.by_prefix(prefix)) is not None:
-        text = f"{kind.package}=={rest}"
-    elif "==" not in text:
-        text = f"{runtimes.REFERENCE}=={text}"
-    if text in pins:
-        return text
-    package, _, version = text.partition("==")
-    if not re.fullmatch(r"\d+(\.\d+)*", version):
-        example = f"--runtime {versions[-1]}" if versions else "--runtime 1.20.1"
-        raise HarnessError(
-            f"--runtime {spec}: {version!r} is not a version: give a measured one as 1.20.1, onnxruntime==1.20.1 "
-            f"or ort-1.20.1, e.g. {example} (measured: {measured})"
-        )
-    packages = sorted({p.split("==")[0] for p in pins})
-    if package not in packages and (exact := [p for p in pins if p.split("==")[1] == version]):
-        close = difflib.get_close_matches(package, packages, n=1, cutoff=0.6)
-        guess = next((p for p in exact if close and p.startswith(close[0] + "==")), exact[0])
-        raise HarnessError(
-            f"--runtime {spec}: no package {package!r} in {source}; did you mean {guess}? "
-            f"(measured packages: {', '.join(packages)})"
-        )
-    same = [p for p in pins if p.split("==")[0] == package] or pins
-    want = version_tuple(version)
-    older = [p for p in same if version_tuple(p.split("==")[1]) < want]
-    newer = [p for p in same if version_tuple(p.split("==")[1]) > want]
-    nearest = [p for p in (newer[:1] + older[-1:]) if p]
-    raise HarnessError(
-        f"--runtime {spec}: {text} is not in {source}; nearest measured: {', '.join(nearest) or 'none'} "
-        f"(measured: {measured}); pick one of those, or run it: add it to matrix.toml and `nox -s matrix`"
-    )
-
-
-def missing_column(runtime: str, provider: str, cells: Sequence[CellRecord], source: str) -> str | None:
-    """The one line for ``--provider`` naming a column this table did not measure on ``runtime`` (None: it did):
-    whether the harness runs such a provider at all, where a table beside this one publishes it (``results/openvino/``),
-    or that none does (GPU results come from a machine with an NVIDIA GPU)."""
-    from harness.answer.published import published_beside
-
-    here = sorted({c.provider for c in cells if c.runtime == runtime})
-    if provider in here:
-        return None
-    measured = f"{runtime} was measured on {', '.join(here) or 'nothing'} only"
-    known = sorted({c for k in runtimes.KINDS for c in k.columns()})
-    if provider not in known:
-        close = difflib.get_close_matches(provider, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"--provider {provider}: not a provider the harness runs{hint}: {', '.join(known)}; {measured}"
-    folder = Path(source).parent
-    where: dict[str, list[str]] = {}
-    for row in published_beside(folder):
-        if row["column"] == provider:
-            where.setdefault(str(folder / row["folder"]), []).append(row["runtime"])
-    if where:
-        table, pins = next(iter(where.items()))
-        return (
-            f"--provider {provider}: {measured}; {provider}'s columns are published in {table}/ "
-            f"(on {', '.join(runtime_order(pins))}): add --results {table} --runtime {runtime_order(pins)[-1]}"
-        )
-    if runtimes.provider(provider).nvidia:
-        return (
-            f"--provider {provider}: {measured}; no {provider} column is published beside {source}: GPU results come from "
-            "a run on a machine with an NVIDIA GPU (bench/gpu_check.sh, docs/runtimes.md), published in results/gpu/"
-        )
-    return f"--provider {provider}: {measured}; no {provider} column is published beside {source}"
-
-
-def is_safe_model(card: Mapping[str, str]) -> bool:
-    """A fixed twin, or a case with no gotcha card: a model written the way the corpus recommends."""
-    return bool(card.get("fixes")) or not card.get("symptom")
-
-
-def _same_file(given: str, recorded: str) -> bool:
-    if not recorded:
-        return False
-    if given == recorded or Path(given).resolve() == Path(recorded).resolve():
-        return True
-    a, b = Path(given).parts, Path(recorded).parts
-    n = min(len(a), len(b))
-    return n > 0 and a[-n:] == b[-n:] and Path(given).suffix == ".py"
-
-
-def by_title(given: str, measured: Sequence[str], cards: Mapping[str, Mapping[str, str]]) -> str:
-    """A case's name as given, or the name of the measured case whose title it is (``Llama (decode step)`` →
-    ``llama_step``; case and spaces ignored); else ``given`` as it is."""
-    if given in measured:
-        return given
-    want = " ".join(given.split()).casefold()
-    return next((m for m in measured if " ".join(cards.get(m, {}).get("title", "").split()).casefold() == want), given)
-
-
-def cases_table(cases: Sequence[str], source: str) -> str:
-    """The published table that measured every one of ``cases`` (names or titles): ``source`` when it did, else the
-    first profile folder beside it that did (``results/architectures/`` for ``--cases "Llama (decode step)"``), so
-    a real model's answer needs no ``--results``; ``source`` when none did (its refusal names the nearest)."""
-    from harness.answer.published import read_cases
-
-    for table in [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]:
-        try:
-            cards = read_cases(table)
-        except (HarnessError, OSError, ValueError, AttributeError):  # damaged: not the table that measured them
-            continue
-        if cards and all(by_title(c, list(cards), cards) in cards for c in cases):
-            return table
-    return source
-
-
-def select(
-    cells: Sequence[CellRecord],
-    cards: Mapping[str, Mapping[str, str]],
-    source: str,
-    *,
-    cases: Sequence[str] = (),
-    corpus: Sequence[str] = (),
-    everything: bool = False,
-) -> tuple[tuple[str, ...], str]:
-    """The selected case names, in table order, and the selection in words."""
-    measured = list(dict.fromkeys(c.case for c in cells))
-    if everything:
-        return tuple(measured), f"{len(measured)} cases: the whole table"
-    chosen: list[str] = []
-    said: list[str] = []
-    if cases:
-        cases = [by_title(c, measured, cards) for c in cases]
-        unknown = [c for c in cases if c not in measured]
-        if unknown:
-            titles = {cards.get(m, {}).get("title", ""): m for m in measured} | {m: m for m in measured}
-            hints = {u: difflib.get_close_matches(u, [t for t in titles if t], n=1) for u in unknown}
-            hint = "; ".join(f"{u!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for u, h in hints.items())
-            raise HarnessError(f"--cases: not in {source}: {hint}; `harness list` names the corpus")
-        chosen += cases
-        said.append("--cases")
-    for given in corpus:
-        if not cards:
-            raise HarnessError(f"--corpus {given}: {source} has no cases.json beside it to say which file each case came from")
-        mine = [c for c in measured if _same_file(given, cards.get(c, {}).get("source_file", ""))]
-        if not mine and not Path(given).is_file():
-            raise HarnessError(
-                f"--corpus {given}: no such file; give the path of the corpus file whose cases you measured "
-                f"(a .py file, as passed to `nox -s matrix -- --corpus`)"
-            )
-        if not mine:
-            files = sorted({cards[c].get("source_file", "") for c in measured if c in cards} - {""})
-            raise HarnessError(
-                f"--corpus {given}: no case of it in {source} (its cases come from {', '.join(files[:4])}"
-                f"{', …' if len(files) > 4 else ''}); measure it first: `nox -s matrix -- --corpus {given} "
-                f"--only-corpus --out build/mine --results build/mine/results`, then pass --results build/mine/results"
-            )
-        chosen += mine
-        said.append(given)
-    if chosen:
-        names = tuple(dict.fromkeys(chosen))
-        return names, f"{len(names)} case{'s' * (len(names) != 1)} from {', '.join(said)}"
-    if not cards:
-        raise HarnessError(
-            f"{source} has no cases.json beside it: pass --cases, --corpus or --all, or regenerate it with `nox -s report`"
-        )
-    safe = tuple(c for c in measured if is_safe_model(cards.get(c, {})))
-    twins = sum(bool(cards.get(c, {}).get("fixes")) for c in safe)
-    kinds = " and ".join(k for k, n in (("the fixed twins", twins), ("the cases with no gotcha", len(safe) - twins)) if n)
-    return safe, f"{len(safe)} cases: {kinds} (--all for every case, --corpus for yours)"
-
-
-def recommend(
+def column(
     cells: Sequence[CellRecord],
     runtime: str,
     provider: str,
-    cases: Sequence[str],
-    selection: str,
     loads: Mapping[str, Any] | None = None,
-    exporter: str | None = None,
     rewrites: Mapping[tuple[str, str, int], int] | None = None,
-) -> Answer:
-    """Rank every (exporter, opset) measured on ``runtime`` × ``provider`` for the selected ``cases``
-    (only ``exporter``'s when given); ``loads``, the runtime's measured frontier (:mod:`harness.build.frontier`),
-    explains the refusals at load. A case whose cells here are all ``skipped`` (it applies to another
-    exporter) neither passes nor fails: it is left out of that option's count and named apart. ``rewrites``
-    ((case, exporter, opset asked) → opset written, :func:`harness.answer.published.read_rewrites`) answers a request
-    the exporter wrote at another opset with that row: asked for 28, dynamo keeps 18 for an SDPA model."""
-    column = _column(cells, runtime, provider, exporter)
-    by_artifact = group_by(column, "exporter", "opset", "case")
-    combos = sorted({(c.exporter, c.opset) for c in column})
-    options = [_option(by_artifact, exp, opset, cases, loads, rewrites or {}) for exp, opset in combos]
-    unloadable = tuple((e, why) for e in sorted({c.exporter for c in column}) if (why := _unloadable(column, e, loads)))
-    blocked = dict(unloadable)  # an exporter that loads nothing here comes last, whatever its counts
-    options.sort(key=lambda o: (not o.ok, o.exporter in blocked, len(o.failing), -o.opset, -o.corpus_pass, o.exporter))
-    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
-    return Answer(runtime, provider, selection, tuple(cases), tuple(options), frontier_line, exporter, unloadable)
+    exporter: str | None = None,
+) -> Column:
+    """The verdicts of ``runtime`` × ``provider`` (``exporter``'s only, when given). Rows of the table are labelled by
+    the opset written (:func:`harness.core.records.by_written_opset`); ``rewrites`` ((case, exporter, opset asked) →
+    opset written, :func:`harness.answer.published.read_rewrites`) names the requests that wrote another opset, whose
+    rows the table left out as the same export again.
 
-
-def _unloadable(column: Sequence[CellRecord], exporter: str, loads: Mapping[str, Any] | None) -> str | None:
-    """One line where nothing ``exporter`` wrote loads on this runtime and the measured frontier says why (every cell
-    that is not an export failure or a skip is a refusal at load of a model past the frontier); None otherwise."""
-    if not loads or loads.get("max_ir") is None:
-        return None
-    mine = [c for c in column if c.exporter == exporter and c.status not in (Status.SKIPPED, Status.EXPORT_FAIL)]
-    if not mine or any(c.status is not Status.LOAD_FAIL for c in mine):
-        return None
-    if any(frontier.explain(loads, c.ir_version, c.opset_actual or c.opset) is None for c in mine):
-        return None  # a refusal the frontier does not explain: a failure of its own, shown as one
-    irs = sorted({c.ir_version for c in mine if c.ir_version is not None})
-    opsets = sorted({c.opset_actual or c.opset for c in mine})
-    version = str(loads.get("runtime", "")).split("==")[-1] or "this runtime"
-    if irs and irs[0] > loads["max_ir"]:
-        return f"{exporter} writes IR {_span(irs)}; {version} loads up to IR {loads['max_ir']}"
-    if opsets[0] > loads["max_opset"]:
-        return f"{exporter} writes opset {_span(opsets)}; {version} loads up to opset {loads['max_opset']}"
-    return (
-        f"{exporter} writes IR {_span(irs)} at opset {_span(opsets)}; {version} loads up to IR {loads['max_ir']} "
-        f"/ opset {loads['max_opset']}"
+    Raises:
+        HarnessError: the table has no such column, no such exporter, or no cell of it ran.
+    """
+    mine = _cells_of(cells, runtime, provider, exporter)
+    rewrites = {k: v for k, v in (rewrites or {}).items() if exporter is None or k[1] == exporter}
+    by_artifact = group_by(mine, "exporter", "opset", "case")
+    cases = tuple(dict.fromkeys(c.case for c in mine))
+    asked: dict[str, set[int]] = {}
+    for c in mine:
+        asked.setdefault(c.exporter, set()).add(c.opset_asked or c.opset)
+    for _, exp, opset in rewrites:
+        if exp in asked:
+            asked[exp].add(opset)
+    options = sorted({(e, o) for e, o, _ in by_artifact})  # an option is a file written: a row of the table
+    verdicts: dict[tuple[str, int], dict[str, Verdict]] = {}
+    for exp, opset in options:
+        verdicts[(exp, opset)] = {case: _verdict(by_artifact, rewrites, exp, opset, case, loads) for case in cases}
+    unloadable = tuple((e, said) for e in sorted(asked) if (said := _unloadable(mine, e, loads)))
+    return Column(
+        runtime, provider, cases, verdicts, {e: tuple(sorted(o)) for e, o in asked.items()}, dict(rewrites), loads, unloadable
     )
 
 
-def _span(values: Sequence[int]) -> str:
-    """``10`` / ``18–28`` / ``7, 9``: numbers that are one run of consecutive numbers as a range."""
-    if len(values) > 1 and len(consecutive(values)) == 1:
-        return f"{values[0]}–{values[-1]}"
-    return ", ".join(map(str, values))
+def _verdict(
+    by_artifact: Mapping[tuple[Any, ...], list[CellRecord]],
+    rewrites: Mapping[tuple[str, str, int], int],
+    exporter: str,
+    opset: int,
+    case: str,
+    loads: Mapping[str, Any] | None,
+) -> Verdict:
+    got = by_artifact.get((exporter, opset, case))
+    if got:
+        if all(c.status is Status.SKIPPED for c in got):
+            return Verdict(SKIPPED, got[0].error_line or f"does not apply to {exporter}")
+        if passes(got):
+            return Verdict(PASS)
+        return Verdict(FAIL, why(got) + _past_frontier(got, loads), status=worst(got).value)
+    wrote = rewrites.get((case, exporter, opset))
+    if wrote is not None:
+        return Verdict(ELSEWHERE, f"no file at opset {opset}: asking for {opset} writes opset {wrote}", wrote)
+    return Verdict(UNMEASURED, "not measured here")
 
 
-def _column(cells: Sequence[CellRecord], runtime: str, provider: str, exporter: str | None) -> list[CellRecord]:
+def passes(cells: Sequence[Any]) -> bool:
+    """A counted case passes when every probe passes (a skipped probe neither passes nor fails)."""
+    return all(c.status in (Status.PASS, Status.SKIPPED) for c in cells)
+
+
+def _cells_of(cells: Sequence[CellRecord], runtime: str, provider: str, exporter: str | None) -> list[CellRecord]:
     """The cells of ``runtime`` × ``provider`` (``exporter``'s only, when given), refusing with one line a column the
     table lacks or in which no cell ran."""
-    column = [c for c in cells if c.runtime == runtime and c.provider == provider]
-    if not column:
+    mine = [c for c in cells if c.runtime == runtime and c.provider == provider]
+    if not mine:
         providers = sorted({c.provider for c in cells if c.runtime == runtime})
         raise HarnessError(f"--provider {provider}: {runtime} was measured on {', '.join(providers)} only; pick one of those")
     if exporter is not None:
@@ -337,83 +234,49 @@ def _column(cells: Sequence[CellRecord], runtime: str, provider: str, exporter: 
             close = difflib.get_close_matches(exporter, measured, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise HarnessError(f"--exporter {exporter}: not in this table{hint}; pick one of {', '.join(measured)}")
-        column = [c for c in column if c.exporter == exporter]
-        if not column:
+        mine = [c for c in mine if c.exporter == exporter]
+        if not mine:
             raise HarnessError(f"--exporter {exporter}: no cell of it on {runtime} × {provider}; drop --exporter")
-    if not any(c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR) for c in column):
-        first = column[0]
+    if not any(c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR) for c in mine):
+        first = mine[0]
         raise HarnessError(
             f"{runtime} on {provider}: no cell ran in this table "
             f"({first.status.value}: {first.error_line or first.note or '?'}); "
             "nothing to recommend from it"
         )
-    return column
+    return mine
 
 
-def _option(
-    by_artifact: Mapping[tuple[Any, ...], list[CellRecord]],
-    exp: str,
-    opset: int,
-    cases: Sequence[str],
-    loads: Mapping[str, Any] | None,
-    rewrites: Mapping[tuple[str, str, int], int],
-) -> Option:
-    """One (exporter, opset): the selected cases that fail there and why, those it skips, those answered by the row
-    of the opset the exporter wrote; and the whole corpus's passes there (the tie-break)."""
-    failing, skipped, written = [], [], []
-    for case in cases:
-        got: Sequence[CellRecord] | None = by_artifact.get((exp, opset, case))
-        if not got:
-            got, wrote = _written_row(by_artifact, rewrites, exp, opset, case)
-            if got:
-                written.append((case, wrote))
-        if not got:
-            failing.append((case, "not measured here"))
-        elif all(c.status is Status.SKIPPED for c in got):
-            skipped.append((case, got[0].error_line or f"does not apply to {exp}"))
-        elif any(c.status not in (Status.PASS, Status.SKIPPED) for c in got):
-            failing.append((case, why(got) + _past_frontier(got, loads)))
-    corpus = counted_row(by_artifact, exp, opset, rewrites)
-    passing = sum(passes(got) for got in corpus.values())
-    return Option(exp, opset, tuple(failing), len(cases) - len(skipped), passing, len(corpus), tuple(skipped), tuple(written))
+def _unloadable(cells: Sequence[CellRecord], exporter: str, loads: Mapping[str, Any] | None) -> str | None:
+    """One line where nothing ``exporter`` wrote loads on this runtime and the measured frontier says why (every cell
+    that is not an export failure or a skip is a refusal at load of a model past the frontier); None otherwise."""
+    if not loads or loads.get("max_ir") is None:
+        return None
+    mine = [c for c in cells if c.exporter == exporter and c.status not in (Status.SKIPPED, Status.EXPORT_FAIL)]
+    if not mine or any(c.status is not Status.LOAD_FAIL for c in mine):
+        return None
+    if any(frontier.explain(loads, c.ir_version, c.opset_actual or c.opset) is None for c in mine):
+        return None  # a refusal the frontier does not explain: a failure of its own, shown as one
+    irs = sorted({c.ir_version for c in mine if c.ir_version is not None})
+    opsets = sorted({c.opset_actual or c.opset for c in mine})
+    version = str(loads.get("runtime", "")).split("==")[-1] or "this runtime"
+    if irs and irs[0] > loads["max_ir"]:
+        return f"{exporter} writes IR {span(irs)}; {version} loads up to IR {loads['max_ir']}"
+    if opsets[0] > loads["max_opset"]:
+        return f"{exporter} writes opset {span(opsets)}; {version} loads up to opset {loads['max_opset']}"
+    return (
+        f"{exporter} writes IR {span(irs)} at opset {span(opsets)}; {version} loads up to IR {loads['max_ir']} "
+        f"/ opset {loads['max_opset']}"
+    )
 
 
-def counted_row(
-    by_artifact: Mapping[tuple[Any, ...], Sequence[Any]], exp: str, opset: int, rewrites: Mapping[tuple[str, str, int], int]
-) -> dict[str, Sequence[Any]]:
-    """The cases counted at (``exp``, ``opset``) on one column, each with its cells: every case that applies to the
-    exporter (a case whose cells are all ``skipped`` is neither a pass nor a failure), and every case the exporter,
-    asked for this opset, wrote at another (its cells are that row's: the same export). The one denominator of
-    every count the project publishes: ``recommend``, the README's answer and summary, the page. ``by_artifact``:
-    (exporter, opset, case) → the cells (:class:`CellRecord`, or anything with a ``status``)."""
-    corpus = {k[2]: v for k, v in by_artifact.items() if k[:2] == (exp, opset) and not all(c.status is Status.SKIPPED for c in v)}
-    for case, e, asked in rewrites:  # the same export, recorded under the opset written
-        if (e, asked) != (exp, opset) or case in corpus:
-            continue
-        got, _ = _written_row(by_artifact, rewrites, exp, opset, case)
-        if got and not all(c.status is Status.SKIPPED for c in got):
-            corpus[case] = got
-    return corpus
-
-
-def passes(cells: Sequence[Any]) -> bool:
-    """A counted case passes when every probe passes (a skipped probe neither passes nor fails)."""
-    return all(c.status in (Status.PASS, Status.SKIPPED) for c in cells)
-
-
-def _written_row(
-    by_artifact: Mapping[tuple[Any, ...], Sequence[_Cell]],
-    rewrites: Mapping[tuple[str, str, int], int],
-    exporter: str,
-    opset: int,
-    case: str,
-) -> tuple[Sequence[_Cell], int]:
-    """Where ``exporter``, asked for ``opset``, wrote another opset for ``case``: that row's cells and the opset
-    written (``[]`` when it did not, or the row is not in the table)."""
-    wrote = rewrites.get((case, exporter, opset))
-    if wrote is None:
-        return [], opset
-    return by_artifact.get((exporter, wrote, case)) or [], wrote
+def span(values: Sequence[int]) -> str:
+    """``10`` / ``21–22`` / ``18–28`` / ``17, 18, 20`` / ``18, 26–28``: numbers that are one run of consecutive ones as
+    a range; among others, each run of three or more as a range."""
+    runs = consecutive(sorted(values))
+    if len(runs) == 1 and len(runs[0]) > 1:
+        return f"{runs[0][0]}–{runs[0][-1]}"
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -> str:
@@ -426,93 +289,82 @@ def _past_frontier(got: Sequence[CellRecord], loads: Mapping[str, Any] | None) -
     return f" ({said})" if said else ""
 
 
-def _names(pairs: Sequence[tuple[str, Any]]) -> str:
-    return ", ".join(c for c, _ in pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+# The one function: a selection's answer on one column -----------------------------------------------------
 
 
-def _notes(opt: Option) -> str:
-    """``; loop_scripted skipped: does not apply to dynamo`` for an option with skipped cases, and which
-    cases the exporter wrote at another opset than this one."""
-    said = ""
-    if opt.written:
-        wrote = sorted({o for _, o in opt.written})
-        said += (
-            f"; {_names(opt.written)} written at opset {', '.join(map(str, wrote))} "
-            f"(asked for {opt.opset}, the exporter kept what it built)"
-        )
-    if opt.skipped:
-        said += f"; {_names(opt.skipped)} skipped: {'does' if len(opt.skipped) == 1 else 'do'} not apply to {opt.exporter}"
-    return said
-
-
-def exporter_said(answer: Answer, opt: Option) -> str:
-    """One exporter's best on this runtime, in short: ``opset 21: all 53 pass``, ``none: dynamo writes IR 10; 1.17.3
-    loads up to IR 9``, or ``none; closest opset 18: 1 of 54 fail (…)``."""
-    if opt.ok:
-        return f"opset {opt.opset}: {_passes(opt)}{_notes(opt)}"
-    if (why := answer.cannot_load(opt.exporter)) is not None:
-        return f"none: {why}"
-    return (
-        f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
-        f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){_notes(opt)}"
+def combine(col: Column, cases: Sequence[str], selection: str, exporter: str | None = None) -> Answer:
+    """The answer for the selected ``cases`` on one column: every option, best first by :data:`RANK_RULE`. Every
+    answer the project publishes is this function's (the page's script applies the same rule to the same verdicts)."""
+    options = [_option(col, exp, opset, cases) for exp, opset in col.verdicts if exporter in (None, exp)]
+    blocked = dict(col.unloadable)  # an exporter that loads nothing here comes last, whatever its counts
+    options.sort(
+        key=lambda o: (not o.ok, o.selected == 0, o.exporter in blocked, len(o.failing), -o.opset, -o.corpus_pass, o.exporter)
+    )
+    loads = col.loads
+    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
+    unloadable = tuple((e, w) for e, w in col.unloadable if exporter in (None, e))
+    max_ir, max_opset = (loads.get("max_ir"), loads.get("max_opset")) if loads else (None, None)
+    return Answer(
+        col.runtime, col.provider, selection, tuple(cases), tuple(options), frontier_line, exporter, unloadable, max_ir, max_opset
     )
 
 
-def _passes(opt: Option) -> str:
-    """``all 54 pass`` / ``the 1 case passes``, counting the cases that apply here."""
-    return f"all {opt.selected} pass" if opt.selected != 1 else "the 1 case passes"
+def _option(col: Column, exp: str, opset: int, cases: Sequence[str]) -> Option:
+    """One (exporter, opset written) for the selected cases; the whole table's passes there (the tie-break)."""
+    verdicts = col.verdicts[(exp, opset)]
+    failing, skipped, elsewhere, applies = [], [], [], []
+    for case in cases:
+        v = verdicts.get(case, Verdict(UNMEASURED, "not measured here"))
+        if v.code == SKIPPED:
+            skipped.append((case, v.why))
+            continue
+        applies.append(case)
+        if v.code != PASS:
+            failing.append((case, v.why))
+        if v.code == ELSEWHERE and v.wrote is not None:
+            elsewhere.append((case, v.wrote))
+    passing, total = table_counts(verdicts)
+    asks = tuple(a for a in col.asked.get(exp, ()) if all(col.written_for(c, exp, a) == opset for c in applies))
+    return Option(exp, opset, tuple(failing), len(applies), passing, total, tuple(skipped), asks, tuple(elsewhere))
 
 
-def render(answer: Answer, *, examples: int = 6) -> str:
-    """The answer as the command prints it."""
-    only = f" ({answer.exporter} exporter only)" if answer.exporter else ""
-    lines = [f"{answer.runtime} on {answer.provider}{only}, {answer.selection}:"]
-    if answer.frontier:
-        lines.append(f"{answer.runtime.split('==')[-1]} {answer.frontier}")
-    lines.append("")
-    best = answer.best
-    if best:
-        every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"
-        lines.append(
-            f"recommended: {best.label}: {every} every probe "
-            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{_notes(best)})"
-        )
-    elif answer.exporter and (why := answer.cannot_load(answer.exporter)):
-        lines.append(f"none: nothing the {answer.exporter} exporter writes loads here ({why})")
-        return "\n".join(lines)
-    else:
-        top = answer.options[0]
-        lines.append(
-            f"no {answer.exporter + ' ' if answer.exporter else ''}exporter and opset passes every selected case here; "
-            f"the closest is {top.label}, where {len(top.failing)} of {top.selected} fail{_notes(top)}"
-        )
-    if not answer.exporter:
-        lines += ["", "best per exporter (--exporter X answers for one):"]
-        for exporter, opt in per_exporter(answer).items():
-            lines.append(f"  {exporter}: {exporter_said(answer, opt)}")
-    lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
-    said_unloadable: set[str] = set()
-    for rank, opt in enumerate(answer.options[1:] if best else answer.options):
-        if (why := answer.cannot_load(opt.exporter)) is not None:
-            if opt.exporter not in said_unloadable:  # its every opset, one line
-                said_unloadable.add(opt.exporter)
-                opsets = sorted(o.opset for o in answer.options if o.exporter == opt.exporter)
-                lines.append(f"  {opt.exporter} opset {_span(opsets)}: nothing loads here ({why})")
-            continue
-        if opt.ok:
-            lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{_notes(opt)})")
-            continue
-        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail{_notes(opt)}:")
-        reasons: dict[str, list[str]] = {}
-        for case, reason in opt.failing:
-            reasons.setdefault(reason, []).append(case)
-        cap = len(reasons) if rank == 0 and not best else examples
-        for reason, names in list(reasons.items())[:cap]:
-            shown = ", ".join(names[:examples]) + (f" and {len(names) - examples} more" if len(names) > examples else "")
-            lines.append(f"      {shown}: {reason}")
-        if len(reasons) > cap:
-            lines.append(f"      … and {len(reasons) - cap} more reasons")
-    return "\n".join(lines)
+def table_counts(verdicts: Mapping[str, Verdict]) -> tuple[int, int]:
+    """The whole table at one option: the cases that pass every probe, and the cases counted (each that applies to
+    the exporter and was asked for this opset: a case written at another opset counts, as no file here)."""
+    codes = [v.code for v in verdicts.values()]
+    passing = codes.count(PASS)
+    return passing, passing + codes.count(FAIL) + codes.count(ELSEWHERE)
+
+
+def recommend(
+    cells: Sequence[CellRecord],
+    runtime: str,
+    provider: str,
+    cases: Sequence[str],
+    selection: str,
+    loads: Mapping[str, Any] | None = None,
+    exporter: str | None = None,
+    rewrites: Mapping[tuple[str, str, int], int] | None = None,
+) -> Answer:
+    """Rank every (exporter, opset written) measured on ``runtime`` × ``provider`` for the selected ``cases``
+    (only ``exporter``'s when given): :func:`combine` over :func:`column`."""
+    return combine(column(cells, runtime, provider, loads, rewrites, exporter), cases, selection, exporter)
+
+
+def columns(
+    cells: Sequence[CellRecord],
+    loads: Mapping[str, Mapping[str, Any]] | None = None,
+    rewrites: Mapping[tuple[str, str, int], int] | None = None,
+) -> list[Column]:
+    """Every runtime × provider column of the table (oldest runtime first) where something ran."""
+    found = []
+    for runtime, provider in group_by(cells, "runtime", "provider"):
+        try:
+            found.append(column(cells, runtime, provider, (loads or {}).get(runtime), rewrites))
+        except HarnessError:
+            continue  # nothing ran there: no answer (the table says why once)
+    order = {pin: i for i, pin in enumerate(runtime_order(c.runtime for c in found))}
+    return sorted(found, key=lambda c: (order[c.runtime], c.provider))
 
 
 def safe_opsets(
@@ -525,14 +377,7 @@ def safe_opsets(
     """What ``harness recommend`` answers for every runtime × provider of the table (oldest runtime first),
     with each runtime's measured frontier from ``loads`` (pin → result); a column where nothing ran has no
     answer and is left out."""
-    answers = []
-    for runtime, provider in group_by(cells, "runtime", "provider"):
-        try:
-            answers.append(recommend(cells, runtime, provider, cases, selection, (loads or {}).get(runtime), rewrites=rewrites))
-        except HarnessError:
-            continue
-    order = {pin: i for i, pin in enumerate(runtime_order(a.runtime for a in answers))}
-    return sorted(answers, key=lambda a: (order[a.runtime], a.provider))
+    return [combine(col, cases, selection) for col in columns(cells, loads, rewrites)]
 
 
 def per_exporter(answer: Answer) -> dict[str, Option]:
@@ -541,3 +386,100 @@ def per_exporter(answer: Answer) -> dict[str, Option]:
     for opt in answer.options:  # ranked: the first option of an exporter is its best
         best.setdefault(opt.exporter, opt)
     return best
+
+
+# Saying it -------------------------------------------------------------------------------------------------
+
+
+def _names(pairs: Sequence[tuple[str, Any]]) -> str:
+    return ", ".join(c for c, _ in pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+
+
+def notes(opt: Option) -> str:
+    """``; asking for 18–28 writes opset 18`` and ``; loop_scripted skipped: does not apply to dynamo``: the requests
+    that write this option's files, and the selected cases that do not apply to its exporter."""
+    said = f"; {asked}" if (asked := opt.asks_said()) else ""
+    if opt.skipped:
+        said += f"; {_names(opt.skipped)} skipped: {'does' if len(opt.skipped) == 1 else 'do'} not apply to {opt.exporter}"
+    return said
+
+
+def exporter_said(answer: Answer, opt: Option) -> str:
+    """One exporter's best on this runtime, in short: ``opset 21: all 53 pass``, ``none: dynamo writes IR 10; 1.17.3
+    loads up to IR 9``, or ``none; closest opset 18: 1 of 54 fail (…)``."""
+    if opt.ok:
+        return f"opset {opt.opset}: {_passes(opt)}{notes(opt)}"
+    if not opt.selected:
+        return f"none: {_names(opt.skipped)} {'does' if len(opt.skipped) == 1 else 'do'} not apply to {opt.exporter}"
+    if (said := answer.cannot_load(opt.exporter)) is not None:
+        return f"none: {said}"
+    return (
+        f"none; closest opset {opt.opset}: {len(opt.failing)} of {opt.selected} fail "
+        f"({', '.join(c for c, _ in opt.failing[:3])}{' …' if len(opt.failing) > 3 else ''}){notes(opt)}"
+    )
+
+
+def _passes(opt: Option) -> str:
+    """``all 54 pass`` / ``the 1 case passes``, counting the cases that apply here."""
+    return f"all {opt.selected} pass" if opt.selected != 1 else "the 1 case passes"
+
+
+def headline(answer: Answer) -> str:
+    """The answer's first line: ``recommended: dynamo opset 21: all 53 selected cases pass every probe (…)``, or the
+    closest option and how many fail there."""
+    best = answer.best
+    if best:
+        every = f"all {best.selected} selected cases pass" if best.selected != 1 else "the 1 selected case passes"
+        return (
+            f"recommended: {best.label}: {every} every probe "
+            f"({best.corpus_pass} of the table's {best.corpus_total} cases pass there{notes(best)})"
+        )
+    if answer.exporter and (said := answer.cannot_load(answer.exporter)):
+        return f"none: nothing the {answer.exporter} exporter writes loads here ({said})"
+    if not answer.options:
+        return "nothing measured here"
+    top = answer.options[0]
+    return (
+        f"no {answer.exporter + ' ' if answer.exporter else ''}exporter and opset passes every selected case here; "
+        f"the closest is {top.label}, where {len(top.failing)} of {top.selected} fail{notes(top)}"
+    )
+
+
+def render(answer: Answer, *, examples: int = 6, head: Sequence[str] = ()) -> str:
+    """The answer as the command prints it (``head``: lines said after the first, such as the table it came from)."""
+    only = f" ({answer.exporter} exporter only)" if answer.exporter else ""
+    lines = [f"{answer.runtime} on {answer.provider}{only}, {answer.selection}:", *head]
+    if answer.frontier:
+        lines.append(f"{answer.runtime.split('==')[-1]} {answer.frontier}")
+    lines += ["", headline(answer)]
+    best = answer.best
+    if answer.exporter and not best and answer.cannot_load(answer.exporter):
+        return "\n".join(lines)
+    if not answer.exporter:
+        lines += ["", "best per exporter (--exporter X answers for one):"]
+        for exporter, opt in per_exporter(answer).items():
+            lines.append(f"  {exporter}: {exporter_said(answer, opt)}")
+    lines += ["", "alternatives, best first:" if best else "every option, best first (the closest with all its reasons):"]
+    said_unloadable: set[str] = set()
+    for rank, opt in enumerate(answer.options[1:] if best else answer.options):
+        if (cannot := answer.cannot_load(opt.exporter)) is not None or not opt.selected:
+            if opt.exporter not in said_unloadable:  # its every opset, one line
+                said_unloadable.add(opt.exporter)
+                opsets = sorted(o.opset for o in answer.options if o.exporter == opt.exporter)
+                why = f"nothing loads here ({cannot})" if cannot else f"no selected case applies ({exporter_said(answer, opt)})"
+                lines.append(f"  {opt.exporter} opset {span(opsets)}: {why}")
+            continue
+        if opt.ok:
+            lines.append(f"  {opt.label}: {_passes(opt)} ({opt.corpus_pass}/{opt.corpus_total} of the table{notes(opt)})")
+            continue
+        lines.append(f"  {opt.label}: {len(opt.failing)} of {opt.selected} fail{notes(opt)}:")
+        reasons: dict[str, list[str]] = {}
+        for case, reason in opt.failing:
+            reasons.setdefault(reason, []).append(case)
+        cap = len(reasons) if rank == 0 and not best else examples
+        for reason, names in list(reasons.items())[:cap]:
+            shown = ", ".join(names[:examples]) + (f" and {len(names) - examples} more" if len(names) > examples else "")
+            lines.append(f"      {shown}: {reason}")
+        if len(reasons) > cap:
+            lines.append(f"      … and {len(reasons) - cap} more reasons")
+    return "\n".join(lines)

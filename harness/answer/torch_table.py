@@ -20,17 +20,19 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.answer import published, readme
+from harness.answer import ask, lookup, published, recommend
 from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
 SUMMARY = published.TORCH_SUMMARY
-_CODE = (Path(__file__), Path(published.__file__), Path(readme.__file__))
+_CODE = (Path(__file__), *(Path(str(m.__file__)) for m in (ask, lookup, published, recommend)))
 
 
 def _sha(path: Path) -> str | None:
@@ -44,19 +46,43 @@ def _code() -> str:
     return hashlib.sha256(b"".join(p.read_bytes() for p in _CODE)).hexdigest()[:16]
 
 
-def _inputs(profile: Profile, results: Path) -> dict[str, Any]:
-    tables = {r: _sha(results / r / "matrix.jsonl") for r in profile.torch}
+def folders(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Path]:
+    """Each release's table: ``<results>/<release>/`` where one was published there, else, for the torch the default
+    table was exported with (``[export] torch``), the default table itself: the same environment and the same
+    artifacts, measured at every opset and on every runtime of the default profile (:func:`reuses_default`)."""
+    out = {}
+    for release in profile.torch:
+        own = results / release
+        reuse = release == matrix.export.torch and not (own / "matrix.jsonl").is_file()
+        out[release] = default_table(matrix) if reuse else own
+    return out
+
+
+def default_table(matrix: Matrix) -> Path:
+    """The default profile's table (``results/``)."""
+    return matrix.profile("default").results("build")
+
+
+def reuses_default(matrix: Matrix, profile: Profile, *, custom: bool) -> str | None:
+    """The release of ``profile`` that is the default table's measurement rather than a table of its own: the torch of
+    ``[export]``, unless the run is ``custom`` (its own corpus or cases, which the default table did not measure)."""
+    if custom or matrix.export.torch not in profile.torch:
+        return None
+    return matrix.export.torch
+
+
+def _inputs(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
+    tables = {r: _sha(folder / "matrix.jsonl") for r, folder in folders(matrix, profile, results).items()}
     return {"profile": profile.name, "releases": list(profile.torch), "tables": tables, "code": _code()}
 
 
 def why_stale(matrix: Matrix, profile: Profile, results: Path) -> str | None:
     """Why ``results/README.md`` (the table across releases) must be written again; None: it says what the release
     tables say."""
-    del matrix
     summary = _read_json(results / SUMMARY)
     if not summary:
         return f"no {results / SUMMARY} yet"
-    if summary.get("inputs") != _inputs(profile, results):
+    if summary.get("inputs") != _inputs(matrix, profile, results):
         return "a release's table, the releases or this code changed"
     for name in ("README.md", "index.html"):
         if summary.get("outputs", {}).get(name) != _sha(results / name):
@@ -78,8 +104,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 class Release:
     """One release's published table, as far as it is there."""
 
-    def __init__(self, release: str, folder: Path) -> None:
+    def __init__(self, release: str, folder: Path, default: bool = False) -> None:
         self.release, self.folder = release, folder
+        self.default = default
+        """The default table (the torch ``[export]`` pins): measured at every opset and runtime of the default profile."""
         self.problem: str | None = None
         self.cells: list[CellRecord] = []
         # (case, exporter, opset asked) → opset written, where the release answered a request with another opset
@@ -87,7 +115,8 @@ class Release:
         self.rewrites = published.read_rewrites(folder / "matrix.jsonl")
         self.environment = _read_json(folder / "environment.json")
         if not (folder / "matrix.jsonl").is_file():
-            self.problem = "not measured: no table (run `nox -s matrix -- --profile torch`)"
+            run = "nox -s matrix" if default else "nox -s matrix -- --profile torch"
+            self.problem = f"not measured: no table (run `{run}`)"
             return
         try:
             self.cells = published.read_cells(folder)
@@ -111,12 +140,32 @@ class Release:
         found = self.environment.get("default_opsets")
         return found if isinstance(found, dict) else {}
 
+    def within(self, profile: Profile) -> list[CellRecord]:
+        """Its cells on the profile's runtimes, at the opsets the profile asks: what compares with the other releases
+        (the default table measures more of both)."""
+        pins = {rt.pin for rt in profile.runtimes}
+        return [
+            c for c in self.cells if c.runtime in pins and (c.opset_asked or c.opset) in profile.opsets_of(c.exporter)
+        ]
 
-def _verdicts(r: Release) -> dict[tuple[str, str, int, str, str], list[CellRecord]]:
+    def measured(self) -> str:
+        """``TorchScript 17, 18, 20 and dynamo 18, 20 on 1.17.3, 1.20.1, 1.32.0``: what its table measured."""
+        asked: dict[str, set[int]] = {}
+        for c in self.cells:
+            asked.setdefault(c.exporter, set()).add(c.opset_asked or c.opset)
+        for _, exporter, opset in self.rewrites:
+            asked.setdefault(exporter, set()).add(opset)
+        said = ask.axes_said({e: sorted(o) for e, o in asked.items()})
+        versions = [p.split("==")[-1] for p in published.runtime_order(c.runtime for c in self.cells)]
+        where = ", ".join(versions) if len(versions) <= 4 else f"{len(versions)} runtimes ({versions[0]} … {versions[-1]})"
+        return f"{said} on {where}" if said else "nothing"
+
+
+def _verdicts(r: Release, cells: Sequence[CellRecord] | None = None) -> dict[tuple[str, str, int, str, str], list[CellRecord]]:
     """Cells by (case, exporter, opset asked, runtime, provider). A request the release answered with another opset
     that was asked too stands for that row's cells: the same file, which is what a user asking for it gets."""
     out: dict[tuple[str, str, int, str, str], list[CellRecord]] = {}
-    for c in r.cells:
+    for c in r.cells if cells is None else cells:
         out.setdefault((c.case, c.exporter, c.opset_asked or c.opset, c.runtime, c.provider), []).append(c)
     for (case, exporter, asked), wrote in r.rewrites.items():
         for key in [k for k in out if k[:3] == (case, exporter, wrote)]:
@@ -124,11 +173,12 @@ def _verdicts(r: Release) -> dict[tuple[str, str, int, str, str], list[CellRecor
     return out
 
 
-def changes(releases: Sequence[Release]) -> list[dict[str, Any]]:
+def changes(releases: Sequence[Release], profile: Profile | None = None) -> list[dict[str, Any]]:
     """Every case × exporter × opset whose verdict (the worst over its probes) differs between torch releases on some
-    runtime: runtimes with the same verdicts share one entry. Only releases whose table is whole count."""
+    runtime: runtimes with the same verdicts share one entry. Only releases whose table is whole count, each on the
+    ``profile``'s runtimes and opsets (where given)."""
     whole = [r for r in releases if r.problem is None]
-    by_release = {r.release: _verdicts(r) for r in whole}
+    by_release = {r.release: _verdicts(r, r.within(profile) if profile is not None else None) for r in whole}
     keys = sorted(
         {k for v in by_release.values() for k in v}, key=lambda k: (k[0], k[1], k[2], published.runtime_key(k[3]), k[4])
     )
@@ -206,13 +256,15 @@ def write(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
     """Write ``README.md``, ``index.html`` and ``torch.json`` into ``results`` from the release tables in it."""
     if not profile.torch:
         raise HarnessError(f"profile {profile.name!r} lists no torch releases; `harness torch-report` reads a profile that does")
-    releases = [Release(r, results / r) for r in profile.torch]
+    tables = folders(matrix, profile, results)
+    default = default_table(matrix)
+    releases = [Release(r, folder, default=folder == default) for r, folder in tables.items()]
     if all(r.problem is not None and not r.cells for r in releases):
         raise HarnessError(f"{results}: no torch release has a table yet; run `nox -s matrix -- --profile {profile.name}`")
     facts = {
-        "releases": [_release_facts(r) for r in releases],
-        "answers": {r.release: _answer(r) for r in releases},
-        "changes": changes(releases),
+        "releases": [_release_facts(r, results) for r in releases],
+        "answers": {r.release: _answer(r, profile) for r in releases},
+        "changes": changes(releases, profile),
         "fallbacks": fallbacks(releases),
     }
     markdown = render(profile, releases, facts)
@@ -220,17 +272,19 @@ def write(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
     (results / "index.html").write_text(_page(markdown), encoding="utf-8")
     summary = {
         **facts,
-        "inputs": _inputs(profile, results),
+        "inputs": _inputs(matrix, profile, results),
         "outputs": {n: _sha(results / n) for n in ("README.md", "index.html")},
     }
     (results / SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    del matrix
     return summary
 
 
-def _release_facts(r: Release) -> dict[str, Any]:
+def _release_facts(r: Release, results: Path) -> dict[str, Any]:
     return {
         "torch": r.release,
+        "table": os.path.relpath(r.folder, results),
+        "default_table": r.default,
+        "measured": r.measured(),
         "build": r.build,
         "onnx": r.package("onnx"),
         "onnxscript": r.package("onnxscript"),
@@ -241,14 +295,41 @@ def _release_facts(r: Release) -> dict[str, Any]:
     }
 
 
-def _answer(r: Release) -> list[str]:
-    """The release table's "newest safe opset per runtime", shortened as the project README shows it."""
+def _answer(r: Release, profile: Profile) -> list[list[str]]:
+    """Per runtime of the profile (the torch profile's: the same runtimes for every release), the answer for the
+    release's safe models, as every answer is made (:func:`harness.answer.recommend.combine`): ``[runtime, recommended,
+    torchscript's best, dynamo's best]``."""
     if r.problem is not None and not r.cells:
         return []
+    pins = {rt.pin for rt in profile.runtimes}
     try:
-        return readme.safe_table((r.folder / "README.md").read_text(encoding="utf-8"))[2:]
-    except (OSError, HarnessError):
-        return []
+        cards = published.read_cases(r.folder)
+    except HarnessError:
+        cards = {}
+    cells = [c for c in r.cells if c.runtime in pins]
+    chosen = lookup.select(list(dict.fromkeys(c.case for c in cells)), cards, str(r.folder / "matrix.jsonl"))
+    rows = []
+    for col in recommend.columns(cells, published.read_frontier(r.folder / "matrix.jsonl"), r.rewrites):
+        if col.provider != "cpu":
+            continue
+        answer = recommend.combine(col, chosen.cases, chosen.said)
+        mine = recommend.per_exporter(answer)
+        best = answer.best
+        row = [col.runtime.split("==")[-1], f"**{best.exporter} opset {best.opset}**" if best else "none"]
+        for exporter in ("torchscript", "dynamo"):
+            o = mine.get(exporter)
+            if o is None:
+                row.append("not measured")
+            elif o.ok:
+                row.append(str(o.opset))
+            elif not o.selected:
+                row.append(f"none (does not apply to {exporter})")
+            elif (cannot := answer.cannot_load(exporter)) is not None:
+                row.append(f"none: {cannot}")
+            else:
+                row.append(f"none (closest opset {o.opset}: {len(o.failing)} of {o.selected} fail)")
+        rows.append(row)
+    return rows
 
 
 _SYMBOL = {s.value: s.symbol for s in Status}
@@ -258,39 +339,55 @@ def render(profile: Profile, releases: Sequence[Release], facts: Mapping[str, An
     """The README of the table across torch releases."""
     runtimes = ", ".join(rt.pin for rt in profile.runtimes)
     asked = "; ".join(f"{e} {', '.join(map(str, profile.opsets_of(e)))}" for e in profile.exporters)
+    own = [r.release for r in releases if not r.default]
+    reused = [r for r in releases if r.default]
     lines = [
         f"# Torch releases: profile `{profile.name}`",
         "",
         f"The corpus exported by each torch release ({', '.join(profile.torch)}), each in an export environment of "
-        f"its own, by both exporters ({asked}), and run on {runtimes}. Each release is a table of its own "
+        f"its own, by both exporters, and run on onnxruntime. Each release is a table of its own "
         "(linked below: its page, its README, its reproducers); this page reads them together. "
-        "Generated by `harness torch-report` from those tables; `python -m harness recommend --torch X.Y.Z "
-        "--runtime 1.20.1` answers from one of them.",
+        + (
+            f"Torch {', '.join(own)} {'is' if len(own) == 1 else 'are'} measured by this profile ({asked}, on {runtimes}); "
+            if own else ""
+        )
+        + "".join(
+            f"torch {r.release} is the default table's own measurement (the same environment and artifacts, at every "
+            "opset and on every runtime of the default profile), compared here on this profile's runtimes and opsets. "
+            for r in reused
+        )
+        + "Generated by `harness torch-report` from those tables; `python -m harness recommend --torch X.Y.Z "
+        "--runtime 1.20.1` answers from one of them, and says what it measured.",
         "",
         "## The releases",
         "",
-        "| torch | build | onnxscript | onnx | unasked, TorchScript writes | unasked, dynamo writes | "
+        "| torch | build | onnxscript | onnx | unasked, TorchScript writes | unasked, dynamo writes | measured | "
         "TorchScript writes (asked → IR / opset) | dynamo writes (asked → IR / opset) | cells | table |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r, f in zip(releases, facts["releases"], strict=True):
         d = f["default_opsets"]
-        table = f"[page]({r.release}/index.html), [README]({r.release}/README.md)" if r.cells else "—"
+        where = f["table"].replace(os.sep, "/")
+        table = f"[page]({where}/index.html), [README]({where}/README.md)" if r.cells else "—"
+        table += " (the default table)" if r.default else ""
         problem = f" **{f['problem']}**" if f["problem"] else ""
         lines.append(
             f"| {r.release}{problem} | {f['build']} | {f['onnxscript']} | {f['onnx']} | {_opset(d.get('torchscript'))} | "
-            f"{_opset(d.get('dynamo'))} | {_writes(f['written'], 'torchscript')} | {_writes(f['written'], 'dynamo')} | "
-            f"{f['cells']:,} | {table} |"
+            f"{_opset(d.get('dynamo'))} | {f['measured']} | {_writes(f['written'], 'torchscript')} | "
+            f"{_writes(f['written'], 'dynamo')} | {f['cells']:,} | {table} |"
         )
     lines += [
         "",
         '"Unasked": the opset each exporter writes when `opset_version` is not given, measured in that release\'s '
-        "environment on a one-layer module.",
+        "environment on a one-layer module. \"Writes\": the opset of the file, per opset asked (an exporter that cannot "
+        "convert to the opset asked keeps a lower one).",
         "",
         "## On torch X, which exporter and opset?",
         "",
-        "Per release and runtime: the newest opset at which every fixed twin passes, the recommended exporter, and "
-        "each exporter's best (the release's own README says why and what fails elsewhere).",
+        f"Per release and runtime ({runtimes}): the highest opset written at which every fixed twin passes, the "
+        "recommended exporter, and each exporter's best, within what that release's table measured (the column "
+        "above): the same answer as `harness recommend --torch X.Y.Z --runtime R`, which says why and what fails "
+        "elsewhere.",
         "",
         "| torch | onnxruntime (cpu) | recommended | torchscript | dynamo |",
         "|---|---|---|---|---|",
@@ -300,7 +397,7 @@ def render(profile: Profile, releases: Sequence[Release], facts: Mapping[str, An
         if not rows:
             lines.append(f"| {r.release} | {r.problem or 'no answer'} | | | |")
         for row in rows:
-            lines.append(f"| {r.release} {row}")
+            lines.append("| " + " | ".join([r.release, *(_cell(c) for c in row)]) + " |")
     lines += _changes_section(releases, facts["changes"])
     lines += _fallback_section(facts["fallbacks"])
     lines += [
@@ -314,6 +411,11 @@ def render(profile: Profile, releases: Sequence[Release], facts: Mapping[str, An
         "",
     ]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: its pipes escaped (the page's table reads them back whole)."""
+    return text.replace("|", "\\|")
 
 
 def _writes(written: Mapping[str, str], exporter: str) -> str:
@@ -411,8 +513,18 @@ def _fallback_section(found: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+_PIPE = re.compile(r"(?<!\\)\|")
+"""A cell boundary of a Markdown table row: a pipe not escaped (``\\|`` is a pipe inside a cell)."""
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells, whole: an escaped pipe stays in its cell (as the character)."""
+    return [c.strip().replace("\\|", "|") for c in _PIPE.split(line.strip().strip("|"))]
+
+
 def _page(markdown: str) -> str:
-    """The README as one static page: headings, paragraphs, tables, links and code spans (nothing else is used)."""
+    """The README as one static page: headings, paragraphs, tables, links and code spans (nothing else is used). It
+    fits a phone: the page is as wide as the screen (a viewport), and a table wider than it scrolls on its own."""
     body: list[str] = []
     table: list[list[str]] = []
 
@@ -420,23 +532,22 @@ def _page(markdown: str) -> str:
         out = html.escape(text)
         parts = out.split("`")
         out = "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-        import re
-
         out = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', out)
         return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
 
     def flush() -> None:
         if table:
             head, *rows = table
-            body.append("<table><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr></thead><tbody>")
+            heads = "".join(f"<th>{inline(c)}</th>" for c in head)
+            body.append(f'<div class="scroll"><table><thead><tr>{heads}</tr></thead><tbody>')
             body.extend("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>" for row in rows)
-            body.append("</tbody></table>")
+            body.append("</tbody></table></div>")
             table.clear()
 
     for line in markdown.splitlines():
         if line.startswith("|"):
             if not line.startswith("|---"):
-                table.append([c.strip() for c in line.strip().strip("|").split("|")])
+                table.append(_cells(line))
             continue
         flush()
         if line.startswith("## "):
@@ -449,10 +560,13 @@ def _page(markdown: str) -> str:
     style = (
         "body{font:14px system-ui,sans-serif;margin:1.5em;max-width:110em}table{border-collapse:collapse;margin:.5em 0}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}"
-        "code{background:#f4f4f4;padding:0 2px}"
+        "code{background:#f4f4f4;padding:0 2px;overflow-wrap:anywhere}.scroll{overflow-x:auto;max-width:100%}"
+        "p{overflow-wrap:anywhere}@media (max-width:600px){body{margin:.6em;font-size:13px}td,th{padding:2px 4px}}"
     )
     title = "Torch releases"
     return (
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{style}</style></head>'
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title><style>{style}</style></head>"
         f"<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

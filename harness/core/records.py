@@ -48,13 +48,13 @@ class Status(enum.StrEnum):
 
 
 _SYMBOLS = {
-    Status.PASS: "✅",
+    Status.PASS: "✓",
     Status.MISMATCH: "≠",
     Status.EXPORT_FAIL: "E",
     Status.LOAD_FAIL: "L",
     Status.RUN_FAIL: "R",
-    Status.CRASH: "💥",
-    Status.TIMEOUT: "⏱",
+    Status.CRASH: "C",
+    Status.TIMEOUT: "T",
     Status.UNAVAILABLE: "·",
     Status.FALLBACK: "↩",
     Status.ENV_ERROR: "!",
@@ -477,6 +477,21 @@ class Rewrite:
     kept: bool
     """True: its cells are the row of the opset written (relabelled); False: that row came from another
     request (the one that asked for it), so these cells, the same export again, are left out."""
+    reason: str = ""
+    """The exporter's own words for it, where it logged any (:func:`rewrite_reason`); "" where it said nothing."""
+
+
+_ASSERTION = re.compile(r"\S+:\d+: \w+: Assertion `[^`]*` failed: ")
+"""A C++ assertion's source location and condition (``/project/onnx/…/BaseConverter.h:66: adapter_lookup: Assertion
+`false` failed: ``): what follows it is the message."""
+
+
+def rewrite_reason(rec: ExportRecord) -> str:
+    """Why the exporter wrote another opset than ``rec`` asked, in its own words: the last warning it logged about
+    converting the version (onnxscript's ``Failed to convert the model to the target version 26 using the ONNX C API.
+    The model was not modified (RuntimeError: No Adapter From Version $22 for Attention)``); "" where none says."""
+    said = [w["message"] for w in rec.warnings if "convert" in w["message"].lower() and "version" in w["message"].lower()]
+    return _ASSERTION.sub("", said[-1]) if said else ""
 
 
 def by_written_opset(
@@ -497,7 +512,7 @@ def by_written_opset(
         chosen = max(recs, key=lambda r: (r.opset == wrote, r.opset))
         for r in recs:
             if r.opset != wrote:
-                rewrites.append(Rewrite(case, exporter, r.opset, wrote, r is chosen))
+                rewrites.append(Rewrite(case, exporter, r.opset, wrote, r is chosen, rewrite_reason(r)))
         relabelled = chosen if chosen.opset == wrote else dataclasses.replace(chosen, opset=wrote, opset_asked=chosen.opset)
         keep[(case, exporter, chosen.opset)] = relabelled
     asked = {(r.case, r.exporter, r.opset) for r in exports}

@@ -247,7 +247,12 @@ def _capture() -> Iterator[list[dict[str, str]]]:
     class Handler(logging.Handler):
         def emit(self, rec: logging.LogRecord) -> None:
             if rec.levelno >= logging.WARNING and not rec.getMessage().startswith(_NOISE):
-                caught.append({"category": f"log:{rec.name}", "message": rec.getMessage()})
+                message = rec.getMessage()
+                # A logged exception is the why of the line (onnxscript's "Failed to convert the model to the target
+                # version 26 …" logs the converter's "No Adapter From Version $22 for Attention" as its exc_info).
+                if rec.exc_info and rec.exc_info[1] is not None:
+                    message += f" ({type(rec.exc_info[1]).__name__}: {first_line(str(rec.exc_info[1]))})"
+                caught.append({"category": f"log:{rec.name}", "message": message})
 
     handler = Handler()
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]

@@ -217,7 +217,7 @@ what every dynamo export would do alike (:mod:`harness.export._warm`; the same f
     corpus_modules = tuple(sorted(m for m in set(sys.modules) - loaded if library_module(m)))
     job.run(tasks, workers or matrix.run.worker_count, list(corpus), root, corpus_modules, share=share)
     job.user_errors(echo_error)
-    job.manifest(profile, _default_opsets(echo) if profile.torch else None)
+    job.manifest(profile, _default_opsets(echo))  # every table says what its torch writes unasked
     done = [job.records[k.id] for k in keys]
     stamp = _Stamp(root, matrix, profile, corpus, cases, requirements)
     stamp.write(out, registry, done, job.watched, len(tasks), time.perf_counter() - t0)
@@ -343,7 +343,7 @@ class _Job:
 
     def manifest(self, profile: Profile, defaults: Mapping[str, Any] | None = None) -> None:
         """The manifest, the runtimes' frontier models, and the store pruned of what no export of it needs;
-        ``defaults``: the opset each exporter of this torch writes unasked (a profile with torch releases)."""
+        ``defaults``: the opset each exporter of this torch writes unasked."""
         manifest: dict[str, Any] = {
             "profile": profile.name,
             "artifacts": [k.id for k in self.keys],

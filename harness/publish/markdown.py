@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import models, recommend
+from harness.answer import models, published, recommend
 from harness.answer.published import runs, runtime_key, shorten
 from harness.build import layout
 from harness.config import runtimes
@@ -163,6 +163,9 @@ class Readme:
     cards: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
     tables: Sequence[Mapping[str, Any]] = ()
     """:func:`harness.answer.published.tables_beside`: tables of another corpus published inside this one."""
+    columns: Sequence[recommend.Column] = ()
+    """Every case's verdict at every option, per runtime × provider (:func:`harness.answer.recommend.columns`): what
+    the answer and the summary per runtime count."""
 
 
 def readme(r: Readme) -> str:
@@ -176,7 +179,7 @@ def readme(r: Readme) -> str:
         *_finding_lines(r.findings, r.cards, r.runtimes, sorted(r.df["opset"].unique())),
         *tolerance_lines(r.exports, r.env.get("tolerance")),
         *_problem_lines(r.env.get("problems", [])),
-        *_safe_lines(r.safe, r.unmeasured_pins),
+        *_safe_lines(r.safe, r.unmeasured_pins, r.env),
         *_frontier_lines(r.loads, r.runtimes, r.exports),
         *_rewrite_lines(r.rewrites),
         "## Legend",
@@ -187,7 +190,7 @@ def readme(r: Readme) -> str:
     ]
     legend = [[s.symbol, f"`{s.value}`", LEGEND[s], r.counts.get(s.value, 0)] for s in sorted(Status, key=lambda s: s.severity)]
     lines += [tabulate(legend, headers=["", "status", "meaning", "cells"], tablefmt="github"), ""]
-    lines += _runtime_summary(r.folded, columns, cases, r.unmeasured, r.rewrites)
+    lines += _runtime_summary(r.columns, columns, cases, r.unmeasured, _labels(r.df))
     lines += _beside_lines(r.beside)
     if r.figures:
         lines += ["## Plots", ""] + [f"![{title}]({path})" for title, path in r.figures] + [""]
@@ -297,7 +300,7 @@ def _head_lines(r: Readme, cases: list[str], columns: list[str]) -> list[str]:
         "",
         f"Profile **{profile.name}**, generated {env['generated']} by `nox -s matrix"
         + ("" if profile.name == "default" else f" -- --profile {profile.name}")
-        + "` from the committed code. Do not edit by hand: rerun it.",
+        + f"` from the committed code, exported with {_built(env)}. Do not edit by hand: rerun it.",
         "",
         f"{len(df)} cells ({len(cases)} cases × {df[['exporter', 'opset']].drop_duplicates().shape[0]} exporter × opset "
         f"({axis}) × {len(columns)} runtime columns × probes)"
@@ -312,6 +315,9 @@ def _head_lines(r: Readme, cases: list[str], columns: list[str]) -> list[str]:
         *(
             f"Also published: **[{_md_escape(t['profile'])}]({t['folder']}/README.md)**, a table of {t['cases']} cases of "
             f"another corpus (`nox -s matrix -- --profile {_md_escape(t['profile'])}`)."
+            if "releases" not in t
+            else f"Also published: **[torch releases]({t['folder']}/README.md)** ({_md_escape(', '.join(t['releases']))}), "
+            f"the corpus on each (`nox -s matrix -- --profile {_md_escape(t['profile'])}`)."
             for t in r.tables
         ),
         *([""] if r.tables else []),
@@ -326,8 +332,9 @@ def _model_lines(answers: Sequence[models.ModelAnswer]) -> list[str]:
     return [
         "## The answer per model",
         "",
-        "For each model alone: the exporter and opset to ship on each runtime, the highest opset at which every one of its "
-        "probes passes (a tie going to the exporter under which more of the table passes); where none does, the closest "
+        "For each model alone: the exporter and opset to ship on each runtime, the highest opset written (the one the "
+        "file declares) at which every one of its probes passes (a tie going to the exporter under which more of the "
+        "table passes); where none does, the closest "
         'and its status. `harness recommend --runtime 1.20.1 --cases "Llama (decode step)"` (a title or a name) says '
         "the same with every alternative and why it fails.",
         "",
@@ -364,9 +371,12 @@ def case_pages(
     env: Mapping[str, Any],
     findings: Sequence[models.Finding] = (),
     cards: Mapping[str, Mapping[str, str]] | None = None,
+    ship: Mapping[str, str] | None = None,
+    rewrites: Sequence[Rewrite] = (),
 ) -> dict[str, str]:
-    """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md`` (a real model's with what fails for
-    it, once per cause, from ``findings``)."""
+    """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md``: its answer alone per runtime (``ship``:
+    :func:`harness.answer.models.by_runtime`, the one answer), the requests its exporters wrote at another opset, and
+    for a real model what fails for it, once per cause, from ``findings``."""
     columns = runtime_order(df["column"])
     by_case: dict[str, list[ExportRecord]] = {}
     for r in exports:
@@ -380,6 +390,7 @@ def case_pages(
         case: "\n".join(
             [
                 *_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]),
+                *_ship_lines(case, (ship or {}).get(case), [w for w in rewrites if w.case == case]),
                 *_own_findings(case, mine[case], cards or {}, pins, opsets),
                 footer,
                 "",
@@ -387,6 +398,23 @@ def case_pages(
         )
         for case, recs in by_case.items()
     }
+
+
+def _ship_lines(case: str, ship: str | None, rewrites: Sequence[Rewrite]) -> list[str]:
+    """The case's own answer per runtime, and each request of it an exporter wrote at another opset."""
+    lines = []
+    if ship:
+        lines += [
+            "## The answer for this case alone",
+            "",
+            "The exporter and opset written to ship it, by runtime (as `harness recommend --cases "
+            f"{case}` says it, with every alternative): {_md_escape(ship)}",
+            "",
+        ]
+    for exporter, asked, wrote, reason, _ in published.rewrite_groups(rewrites):
+        said = f"; the exporter's reason: {_md_escape(reason)}" if reason else "; the exporter said nothing"
+        lines += [f"**{rewrite_said(exporter, asked, wrote)}** for this case, silently{said}.", ""]
+    return lines
 
 
 def _own_findings(
@@ -454,42 +482,49 @@ def _ends(text: str, limit: int) -> str:
     return f"{text[:half].rstrip()} … {text[-half:].lstrip()}"
 
 
+def rewrite_said(exporter: str, asked: Sequence[int], wrote: int) -> str:
+    """``dynamo asked for 26–28 writes opset 18``."""
+    return f"{exporter} asked for {recommend.span(list(asked))} writes opset {wrote}"
+
+
 def _rewrite_lines(rewrites: Sequence[Rewrite]) -> list[str]:
-    """What each exporter wrote when asked for an opset it does not write: every row is labelled by the opset
-    written, so a request that wrote another opset is that opset's row, or (when that opset was asked too)
-    left out as the same export again."""
+    """"Asked for one opset, written at another": each request an exporter answered with a lower opset, its cases and
+    the exporter's reason. Users believe the number they asked for; the file declares another."""
     if not rewrites:
         return []
     lines = [
-        "## Opsets asked and written",
+        "## Asked for one opset, written at another",
         "",
-        "Rows are labelled by the opset the exporter wrote. Where it wrote another than the one asked, the cells are "
-        "that opset's row (the request is kept on each cell as `opset_asked`), or, where that opset was asked too, "
-        "they are the same export again and are left out:",
+        "An exporter that cannot convert a model to the opset asked keeps what it built, with no error: the file "
+        "declares a lower opset than the `opset_version` passed. Rows of the table are labelled by the opset written "
+        "(the file's own), so such a case has no row at the opset asked, and no answer counts it there: the answer "
+        "names the opset the file declares and the requests that write it. Each request, its cases and the "
+        "exporter's own words:",
         "",
     ]
-    groups: dict[tuple[str, int], list[Rewrite]] = {}
-    for w in rewrites:
-        groups.setdefault((w.exporter, w.asked), []).append(w)
-    for (exporter, asked), ws in sorted(groups.items()):
-        wrote: dict[int, list[Rewrite]] = {}
-        for w in ws:
-            wrote.setdefault(w.wrote, []).append(w)
-        parts = []
-        for opset, got in sorted(wrote.items()):
-            kept = sum(w.kept for w in got)
-            how = "left out" if not kept else ("recorded there" if kept == len(got) else f"{kept} recorded there")
-            names = ", ".join(w.case for w in got[:3]) + (f" and {len(got) - 3} more" if len(got) > 3 else "")
-            parts.append(f"{len(got)} wrote {opset} ({how}: {_md_escape(names)})")
-        lines.append(f"- **{exporter} asked for {asked}**: " + "; ".join(parts))
-    return [*lines, ""]
+    rows = []
+    for exporter, asked, wrote, reason, cases in published.rewrite_groups(rewrites):
+        named = ", ".join(f"[{c}]({_page(c)})" if _CASE_NAME.match(c) else _md_escape(c) for c in cases)
+        rows.append([rewrite_said(exporter, asked, wrote), f"{len(cases)}: {named}", _md_escape(reason) or "(it said nothing)"])
+    lines += [tabulate(rows, headers=["request", "cases", "the exporter's reason"], tablefmt="github"), ""]
+    return lines
 
 
 def _at(reason: Mapping[str, Any]) -> str:
     return f"IR {reason['ir']} / opset {reason['opset']}: " if reason.get("ir") is not None else ""
 
 
-def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, str], str]) -> list[str]:
+def _built(env: Mapping[str, Any]) -> str:
+    """``torch 2.13.0+cpu, onnx 1.23.2, onnxscript 0.7.2``: what the table was exported with."""
+    export = env.get("export")
+    if not isinstance(export, dict):
+        return "versions not recorded"
+    return ", ".join(f"{k} {export[k]}" for k in ("torch", "onnx", "onnxscript") if export.get(k)) or "versions not recorded"
+
+
+def _safe_lines(
+    answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, str], str], env: Mapping[str, Any]
+) -> list[str]:
     """The newest safe opset per runtime: what ``harness recommend`` answers for each column (a column
     not measured here says so, not "none")."""
     if not answers:
@@ -531,10 +566,11 @@ def _safe_lines(answers: list[recommend.Answer], unmeasured: Mapping[tuple[str, 
     return [
         "## Newest safe opset per runtime",
         "",
-        f"For {kinds or 'the selected cases'} ({count}): the highest opset at which every one of them passes every probe, "
-        "per exporter "
+        f"For {kinds or 'the selected cases'} ({count}): the highest opset written (the one the file declares) at which "
+        "every one of them passes every probe, per exporter "
         "(or, where none does, the closest and what fails there), and the recommendation: the highest safe opset, a tie going "
-        "to the exporter under which more of the whole corpus passes. `harness recommend --runtime onnxruntime==X.Y.Z` "
+        "to the exporter under which more of the whole corpus passes. "
+        f"Measured with {_built(env)}. `harness recommend --runtime onnxruntime==X.Y.Z` "
         "prints the same answer with every alternative and why its cases fail (`--exporter dynamo` for one exporter); "
         "`--corpus my_models.py` or `--cases a,b` asks it about your own cases.",
         "",
@@ -549,20 +585,30 @@ def _exporter_cell(a: recommend.Answer, o: recommend.Option, closest: Any) -> st
     ``none (opset 18: 1 fails (…))``."""
     if o.ok:
         return str(o.opset)
+    if not o.selected:
+        return f"none (does not apply to {o.exporter})"
     why = a.cannot_load(o.exporter)
     return f"none ({_md_escape(why) if why else closest(o)})"
 
 
+def _labels(df: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(runtime pin, provider) → the table's column label."""
+    return dict(zip(zip(df["runtime"], df["provider"], strict=True), df["column"], strict=True))
+
+
 def _runtime_summary(
-    per_case: pd.Series, columns: list[str], cases: list[str], unmeasured: Mapping[str, str], rewrites: Sequence[Rewrite] = ()
+    cols: Sequence[recommend.Column],
+    columns: list[str],
+    cases: list[str],
+    unmeasured: Mapping[str, str],
+    labels: Mapping[tuple[str, str], str],
 ) -> list[str]:
-    """Per runtime × exporter × opset: cases whose every probe passes / cases counted, then the failing ones by
-    status; a column not measured here (one runtime-wide record) shows its status and, once, why. Counted as
-    ``harness recommend`` counts (:func:`harness.answer.recommend.counted_row`): a case that does not apply to the
-    exporter is not counted, and a case the exporter wrote at another opset than the one asked is counted with
-    that row's verdict."""
-    combos = sorted({(e, o) for _, e, o, _ in per_case.index}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
-    written = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
+    """Per runtime × exporter × opset written: cases whose every probe passes / cases counted, then the failing ones by
+    status; a column not measured here (one runtime-wide record) shows its status and, once, why. Counted as every
+    answer counts (:func:`harness.answer.recommend.combine`): a case that does not apply to the exporter is not
+    counted, and a case the exporter, asked for this opset, wrote at another counts as no file here."""
+    combos = sorted({k for col in cols for k in col.verdicts}, key=lambda eo: (eo[0] != "torchscript", eo[0], eo[1]))
+    by_label = {labels.get((col.runtime, col.provider), col.runtime): col for col in cols}
     rows = []
     details = []
     order = {c: i for i, c in enumerate(cases)}
@@ -571,28 +617,25 @@ def _runtime_summary(
             rows.append([column, *(why.split(":")[0] for _ in combos)])
             details += [f"- **{column}** not measured here: {_md_escape(why)}", ""]
             continue
-        try:
-            mine = per_case.loc[column]
-        except KeyError:
-            mine = per_case.iloc[:0]
-        by_artifact = {(e, o, c): [_Folded(Status(v))] for (e, o, c), v in mine.items()}
+        col = by_label.get(column)
         row = [column]
         failing_lines: list[tuple[str, int, int, str]] = []
         for exporter, opset in combos:
-            counted = recommend.counted_row(by_artifact, exporter, opset, written)
+            verdicts = col.verdicts.get((exporter, opset)) if col else None
+            counted = {c: v for c, v in (verdicts or {}).items() if v.code in _COUNTED}
             if not counted:
                 row.append("")
                 continue
-            bad = {c: got[0].status.value for c, got in counted.items() if not recommend.passes(got)}
+            bad = {c: v for c, v in counted.items() if v.code != recommend.PASS}
             row.append(f"{len(counted) - len(bad)}/{len(counted)}")
             if not bad:
                 continue
             by_status: dict[str, list[str]] = {}
-            for case, status in sorted(bad.items(), key=lambda kv: order.get(kv[0], 0)):
-                by_status.setdefault(status, []).append(case)
+            for case, v in sorted(bad.items(), key=lambda kv: order.get(kv[0], 0)):
+                by_status.setdefault(v.status or _WRITTEN_ELSEWHERE, []).append(case)
             text = "; ".join(
-                f"{Status(st).symbol} {st} ({len(names)}): " + ", ".join(names)
-                for st, names in sorted(by_status.items(), key=lambda kv: -Status(kv[0]).severity)
+                f"{_status_said(st)} ({len(names)}): " + ", ".join(names)
+                for st, names in sorted(by_status.items(), key=lambda kv: -_severity(kv[0]))
             )
             failing_lines.append((exporter, opset, len(bad), text))
         rows.append(row)
@@ -600,15 +643,27 @@ def _runtime_summary(
     return [
         "## Summary per runtime",
         "",
-        "Cases whose every probe passes, of the cases counted, per runtime × exporter × opset: the same count as "
-        "`harness recommend` and the page (a case that does not apply to an exporter is not counted; one the exporter "
-        "wrote at another opset than the one asked counts with that row). Below the table, each runtime's failing cases "
-        "by status (click to open).",
+        "Cases whose every probe passes, of the cases counted, per runtime × exporter × opset written: the same count as "
+        "`harness recommend` and the page (a case that does not apply to an exporter is not counted; one the exporter, "
+        f"asked for this opset, wrote at another has no file here and counts as {_WRITTEN_ELSEWHERE}). Below the table, "
+        "each runtime's failing cases by status (click to open).",
         "",
         tabulate(rows, headers=["runtime", *(f"{e} {o}" for e, o in combos)], tablefmt="github", disable_numparse=True),
         "",
         *details,
     ]
+
+
+_COUNTED = (recommend.PASS, recommend.FAIL, recommend.ELSEWHERE)
+_WRITTEN_ELSEWHERE = "written at another opset"
+
+
+def _status_said(status: str) -> str:
+    return status if status == _WRITTEN_ELSEWHERE else f"{Status(status).symbol} {status}"
+
+
+def _severity(status: str) -> int:
+    return -1 if status == _WRITTEN_ELSEWHERE else Status(status).severity
 
 
 def _merged(failing: Sequence[tuple[str, int, int, str]]) -> list[str]:
@@ -621,13 +676,6 @@ def _merged(failing: Sequence[tuple[str, int, int, str]]) -> list[str]:
         opsets = f"opset {first}" if len(run) == 1 else f"opsets {first}–{run[-1][1]}"
         lines.append(f"- **{exporter} {opsets}**, {n} failing{' at each' if len(run) > 1 else ''}: {text}")
     return lines
-
-
-@dataclasses.dataclass(frozen=True)
-class _Folded:
-    """A case's worst status on one column × exporter × opset, as :func:`recommend.counted_row` reads a cell."""
-
-    status: Status
 
 
 def _trend_lines(trend: list[dict[str, Any]], last: int = 30) -> list[str]:

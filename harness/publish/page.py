@@ -12,17 +12,16 @@ JSON escapes ``<``, ``>`` and ``&`` so that nothing in it can close its
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.answer.published import column_label, runtime_order
-from harness.answer.recommend import Answer
+from harness.answer.recommend import UNMEASURED, Column, table_counts
 from harness.build.frontier import describe
 from harness.config import runtimes
 from harness.core import schema
-from harness.core.records import CellRecord, ExportRecord, Status
+from harness.core.records import CellRecord, ExportRecord, Rewrite, Status
 
 TEMPLATE = Path(__file__).with_name("page.html")
 _TOKEN = "__HARNESS_DATA__"
@@ -51,33 +50,33 @@ class _Interned:
 _CARD_KEYS = ("symptom", "cause", "fix", "source", "fixes", "exporters", "skip_reason", "source_file", "title", "about")
 
 
-def _answer(a: Answer) -> dict[str, Any]:
-    """One runtime × provider's answer (``unloadable``: exporter → the one reason nothing it writes loads here): its
-    options best first, each ``[exporter, opset, cases that apply, failing, [skipped], [up to 6 failing names],
-    corpus passing, corpus total, [[case, opset written]]]``."""
-    selection = re.sub(r"^\d+ cases?: | \(--all.*\)$", "", a.selection)
-    return {
-        "runtime": a.runtime,
-        "provider": a.provider,
-        "selection": selection,
-        "frontier": a.frontier or "",
-        "best": bool(a.best),
-        "unloadable": dict(a.unloadable),
-        "options": [
-            [
-                o.exporter,
-                o.opset,
-                o.selected,
-                len(o.failing),
-                [c for c, _ in o.skipped],
-                [c for c, _ in o.failing[:6]],
-                o.corpus_pass,
-                o.corpus_total,
-                [[c, w] for c, w in o.written],
-            ]
-            for o in a.options
-        ],
-    }
+def _answers(cols: Sequence[Column], cases: Sequence[str]) -> list[dict[str, Any]]:
+    """Each runtime × provider's verdicts, for the page to answer for whatever cases its filter selects by the rule
+    every answer follows (:func:`harness.answer.recommend.combine`): per option ``[exporter, opset written, table
+    passing, table counted, codes]``, ``codes`` one letter per case of the page (in its order: ``p`` pass, ``f`` fail,
+    ``s`` skipped, ``w`` written at another opset, ``n`` not measured); ``asked``, the opsets each exporter was asked
+    for; ``unloadable``, exporter → the one reason nothing it writes loads here."""
+    index = {name: i for i, name in enumerate(cases)}
+    out = []
+    for col in cols:
+        options = []
+        for (exporter, opset), verdicts in col.verdicts.items():
+            codes = [UNMEASURED] * len(cases)
+            for case, v in verdicts.items():
+                if case in index:
+                    codes[index[case]] = v.code
+            options.append([exporter, opset, *table_counts(verdicts), "".join(codes)])
+        out.append(
+            {
+                "runtime": col.runtime,
+                "provider": col.provider,
+                "frontier": describe(col.loads) + " (measured)" if col.loads else "",
+                "unloadable": dict(col.unloadable),
+                "asked": {e: list(o) for e, o in col.asked.items()},
+                "options": options,
+            }
+        )
+    return out
 
 
 def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
@@ -110,15 +109,18 @@ def data(
     legend: Mapping[Status, str],
     counts: Mapping[str, int],
     frontier: Mapping[str, Mapping[str, Any]] | None = None,
-    answers: Sequence[Answer] = (),
+    verdicts: Sequence[Column] = (),
     beside: Sequence[Mapping[str, Any]] = (),
     home: str | None = None,
     tables: Sequence[Mapping[str, Any]] = (),
     ship: Mapping[str, str] | None = None,
+    rewrites: Sequence[Rewrite] = (),
 ) -> dict[str, Any]:
-    """Everything the page shows, compactly: the answer per runtime × provider (``answers``, what
-    ``harness recommend`` says for the safe models), columns, cases, artifact rows, and one short array per
-    cell; a column's header says what its runtime loads, where ``frontier`` measured it."""
+    """Everything the page shows, compactly: every case's verdict at every option per runtime × provider
+    (``verdicts``: the page answers for the cases its filter selects, as ``harness recommend`` does), the requests an
+    exporter wrote at another opset (``rewrites``), each case's answer alone per runtime (``ship``), columns, cases,
+    artifact rows, and one short array per cell; a column's header says what its runtime loads, where ``frontier``
+    measured it."""
     frontier = frontier or {}
     exports = list(exports)
     strings = _Interned()
@@ -142,7 +144,7 @@ def data(
         "home": home,  # the main table's page, from a profile's folder inside its results (../index.html)
         "beside": list(beside),  # harness.answer.published.published_beside: columns of profiles published inside this one
         "tables": list(tables),  # harness.answer.published.tables_beside: tables of another corpus inside this one
-        "ship": dict(ship or {}),  # a real model alone: the exporter and opset to ship per runtime (answer.models.by_runtime)
+        "ship": dict(ship or {}),  # a case alone: the exporter and opset to ship per runtime (answer.models.by_runtime)
         "counts": dict(counts),
         "statuses": [[s.value, s.symbol, legend[s]] for s in statuses],  # the README's symbols: one set
         "columns": [
@@ -155,7 +157,11 @@ def data(
             | _loads(frontier.get(pin))
             for pin, p in columns
         ],
-        "answers": [_answer(a) for a in answers],
+        "answers": _answers(verdicts, case_names),
+        "rewrites": [
+            [case_index[w.case], w.exporter, w.asked, w.wrote, w.reason] for w in rewrites if w.case in case_index
+        ],
+        "built": {k: str(v) for k, v in (environment.get("export") or {}).items() if k in ("torch", "onnx", "onnxscript")},
         "cases": [{k: cards[name].get(k, "") for k in _CARD_KEYS} | {"name": name} for name in case_names],
         "rows": [
             [case_index[r.case], r.exporter, r.opset, r.opset_asked or r.opset, r.ir_version or 0, repros.get(r.key.id, "")]

@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import models, published, recommend
+from harness.answer import lookup, models, published, recommend
 from harness.answer.published import (
     CASES,
     REWRITES,
@@ -203,20 +203,26 @@ def _build(
     counts = df["status"].value_counts().to_dict()
     trend = _history(stage, results, profile, raw, df, environment, counts, runs, partial=bool(problems))
     folded = _fold_cases(df)
-    names, selection = recommend.select(cells, cards, str(results / "matrix.jsonl"))
+    chosen = lookup.select(list(dict.fromkeys(c.case for c in cells)), cards, str(results / "matrix.jsonl"))
+    names = list(chosen.cases)
     figures = _plots(stage, results, folded, markdown.runtime_order(df["column"]), names, _runtime_axis(profile))
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
-    safe = recommend.safe_opsets(cells, names, selection, loads, rewritten)
+    cols = recommend.columns(cells, loads, rewritten)
+    safe = [recommend.combine(col, names, chosen.said) for col in cols]  # the one answer, for the safe models
     stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
     beside, tables = published_beside(results), tables_beside(results)
-    real = [case for case in dict.fromkeys(r.case for r in exports) if cards.get(case, {}).get("about")]
-    per_model = models.per_model(cells, real, loads, rewritten, cards) if real else []
+    if (releases := published.torch_beside(results)) is not None:  # the table across torch releases, linked
+        tables = [*tables, {"folder": releases["folder"], "profile": "torch", "releases": releases["releases"]}]
+    every = list(dict.fromkeys(r.case for r in exports))
+    alone = {a.case: a for a in models.per_model(cells, every, loads, rewritten, cards, cols)}  # each case's own answer
+    real = [case for case in every if cards.get(case, {}).get("about")]
+    per_model = [alone[case] for case in real if case in alone]
     mine = set(real)
     causes = models.findings([c for c in cells if c.case in mine], loads, providers=len({c.provider for c in cells}))
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
-        frontier=loads, answers=safe, beside=beside, home=_home(results), tables=tables,
-        ship={a.case: models.by_runtime(a) for a in per_model},
+        frontier=loads, verdicts=cols, beside=beside, home=_home(results), tables=tables, rewrites=rewrites,
+        ship={case: models.by_runtime(a) for case, a in alone.items()},
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -227,14 +233,18 @@ def _build(
             df, exports, environment, counts, profile, folded, safe, trend, figures,
             unmeasured={_column(c, providers): unmeasured[(c.runtime, c.provider)] for c in raw if c.runtime_wide},
             unmeasured_pins=unmeasured, loads=loads, runtimes=[rt.pin for rt in profile.runtimes], rewrites=rewrites,
-            beside=beside, per_model=per_model, findings=causes, cards=cards, tables=tables,
+            beside=beside, per_model=per_model, findings=causes, cards=cards, tables=tables, columns=cols,
         )
     )  # fmt: skip
     stage.write_text(results / "README.md", text)
     verdicts = _verdicts(cells, exports)
-    pages = markdown.case_pages(df, exports, verdicts, profile, environment, findings=causes, cards=cards)
+    pages = markdown.case_pages(
+        df, exports, verdicts, profile, environment, findings=causes, cards=cards,
+        ship={case: models.by_runtime(a) for case, a in alone.items()}, rewrites=rewrites,
+    )  # fmt: skip
     _write_case_pages(stage, results, pages)
-    return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems)
+    ship = {case: a for case, a in alone.items()}
+    return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems, ship)
 
 
 def _home(results: Path) -> str | None:
@@ -348,7 +358,7 @@ def _builtin(source: str, builtin: tuple[str, ...]) -> bool:
 def _summary_line(
     cells: list[CellRecord], exports: list[ExportRecord], counts: Mapping[str, int], results: Path,
     cards: Mapping[str, Mapping[str, str]], builtin: tuple[str, ...], providers: int, manifest: Mapping[str, Any],
-    problems: list[str],
+    problems: list[str], ship: Mapping[str, models.ModelAnswer],
 ) -> str:  # fmt: skip
     """What the report prints: its counts, then the user's own models (a ``--corpus`` run ends with the answer)."""
     summary = (
@@ -358,7 +368,7 @@ def _summary_line(
     )
     mine = list(dict.fromkeys(r.case for r in exports if not _builtin(cards.get(r.case, {}).get("source_file", ""), builtin)))
     if mine:
-        summary += "\n\n" + your_models(cells, mine, cards, providers)
+        summary += "\n\n" + your_models(cells, mine, cards, providers, ship)
     for problem in manifest.get("problems", []):
         summary += f"\ncorpus problem: {problem}"
     if problems:
@@ -366,35 +376,25 @@ def _summary_line(
     return summary
 
 
-def your_models(cells: list[CellRecord], mine: list[str], cards: Mapping[str, Mapping[str, str]], providers: int) -> str:
-    """The end of a ``--corpus`` run, in one screen: per model, the exporter and opset to ship on each
-    runtime (``recommend`` for that model alone), then what fails where, each failure once with the
-    opsets and runtimes it covers."""
+def your_models(
+    cells: list[CellRecord],
+    mine: list[str],
+    cards: Mapping[str, Mapping[str, str]],
+    providers: int,
+    ship: Mapping[str, models.ModelAnswer],
+) -> str:
+    """The end of a ``--corpus`` run, in one screen: per model, the exporter and opset to ship on each runtime (``ship``:
+    :func:`harness.answer.models.per_model`, what ``recommend`` says for that model alone), then what fails where,
+    each failure once with the opsets and runtimes it covers."""
     columns = group_by((c for c in cells if c.case in mine), "runtime", "provider")
-    whole = group_by(cells, "runtime", "provider")  # a column's every cell, once: recommend breaks ties with them
     order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}
     keys = sorted(columns, key=lambda k: (order[k[0]], k[1]))
     labels = [column_label(pin, provider, providers) for pin, provider in keys]
     files = sorted({cards.get(c, {}).get("source_file", "") for c in mine} - {""})
     rows = []
     for case in mine:
-        row = [case]
-        for pin, provider in keys:
-            try:
-                answer = recommend.recommend(whole[(pin, provider)], pin, provider, [case], case)
-            except HarnessError:
-                row.append("not measured")
-                continue
-            best = answer.best
-            if best is not None:
-                row.append(f"{best.exporter} {best.opset}")
-            elif answer.options:
-                closest = answer.options[0]
-                status = closest.failing[0][1].split(" ", 1)[0] if closest.failing else "?"
-                row.append(f"none (closest: {closest.exporter} {closest.opset}, {status})")
-            else:
-                row.append("none")
-        rows.append(row)
+        said = {(pin, provider): text for pin, provider, text in (ship[case].answers if case in ship else ())}
+        rows.append([case, *(said.get(key, "not measured") for key in keys)])
     lines = [
         f"Your models ({', '.join(files) or 'your corpus'}): the exporter and opset to ship on each runtime "
         "(the highest opset at which every probe passes; `harness recommend --corpus FILE` says more)",

@@ -1,0 +1,289 @@
+"""``harness recommend``'s whole question, answered: the table it comes from, the runtime and cases found there, the
+answer (:func:`harness.answer.recommend.combine`), and what the answer must say about itself: the torch, onnx and
+onnxscript it was measured with, what its table measured (a narrower table says so first), and, where the user's own
+environment holds another torch whose table is published, which table that is and how to ask it.
+
+:func:`text` is what the command prints, :func:`to_json` what ``--json`` prints (:data:`SCHEMA`, documented in
+docs/reading-the-table.md). Standard library only, like :mod:`harness.answer.published`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.answer import lookup, published, recommend
+from harness.config.matrix import version_tuple
+from harness.core.errors import HarnessError
+
+SCHEMA = "harness.recommend/1"
+"""``recommend --json``'s schema: its name and version. A field is added within a version, never renamed or removed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """A question and its answer, with everything the answer says about where it comes from."""
+
+    answer: recommend.Answer
+    table: str
+    """The ``matrix.jsonl`` it was answered from."""
+    selection: lookup.Selection
+    measured_with: dict[str, str]
+    """torch, onnx and onnxscript as the table's export environment recorded them."""
+    runtimes: tuple[str, ...]
+    """Every runtime pin the table measured."""
+    opsets: dict[str, tuple[int, ...]]
+    """Per exporter, the opsets the table asked for on this runtime × provider."""
+    profile: str
+    partial: tuple[str, ...] = ()
+    narrower: str = ""
+    """Where the table measured fewer opsets or runtimes than the default table, what it measured: the answer's first
+    line."""
+    notes: tuple[str, ...] = ()
+    """What the answer says about itself beyond its facts: how a runtime spec was read, a narrower table, the
+    user's own torch."""
+
+    @property
+    def code(self) -> int:
+        """The exit status: 0 with an answer, 1 when no option passes every selected case."""
+        return 0 if self.answer.best else 1
+
+
+def ask(
+    runtime: str,
+    *,
+    provider: str = "cpu",
+    exporter: str | None = None,
+    results: str | None = None,
+    cases: Sequence[str] = (),
+    corpus: Sequence[str] = (),
+    everything: bool = False,
+    torch: str | None = None,
+    installed_torch: str | None = None,
+) -> Asked:
+    """Answer ``recommend``'s question. ``results``: a table or its folder (default: this checkout's published
+    ``results/``; with ``torch``, the folder of torch release tables); ``installed_torch``: the torch of the user's
+    environment (``2.7.1+cu126``), for the note that names its table.
+
+    Raises:
+        HarnessError: bad input, or a table that cannot answer: one line with the fix.
+    """
+    notes: list[str] = []
+    default = str(published.default_results())
+    if torch is not None:
+        given = str(torch_table_of(torch, results))
+        chosen = True
+    else:
+        given, chosen = results or default, results is not None
+    with published.reading(given):
+        source = str(published.table_path(given))
+    if not chosen:  # a runtime or cases only another profile measured: that profile's table
+        source = lookup.runtime_table(runtime, source)
+        if cases:
+            source = lookup.cases_table(cases, str(published.table_path(given)), runtime)
+    with published.reading(source):  # a damaged table is one line naming it
+        partial = tuple(published.read_partial(source))
+        pin = lookup.resolve_runtime(runtime, published.read_pins(source), source)
+        cells = published.read_cells(source, runtime=pin.pin)  # the other columns do not enter the answer
+    if pin.said:
+        notes.append(pin.said)
+    with published.reading(Path(source).with_name(published.CASES)):
+        cards = published.read_cases(source)
+    loads, rewrites = published.read_frontier(source).get(pin.pin), published.read_rewrites(source)
+    providers = {c.provider for c in cells if c.runtime == pin.pin}
+    if (missing := lookup.missing_column(pin.pin, provider, providers, source)) is not None:
+        raise HarnessError(missing)
+    measured = list(dict.fromkeys(c.case for c in cells))
+    selection = lookup.select(measured, cards, source, cases=cases, corpus=corpus, everything=everything)
+    col = recommend.column(cells, pin.pin, provider, loads, rewrites, exporter)
+    answer = recommend.combine(col, selection.cases, selection.said, exporter)
+    with published.reading(source):
+        pins, axes = published.read_pins(source), published.read_axes(source)[1] if torch is not None else {}
+    env = published.environment(source)
+    asked = Asked(
+        answer=answer,
+        table=source,
+        selection=selection,
+        measured_with=published.measured_with(source),
+        runtimes=tuple(pins),
+        opsets={e: tuple(o) for e, o in sorted(col.asked.items())},
+        profile=str(env.get("profile") or Path(source).parent.name),
+        partial=partial,
+    )
+    if installed_torch:
+        notes += local_torch(asked, installed_torch, results if torch is not None else None, default)
+    fewer = narrower(asked, axes, default) if torch is not None else []
+    return dataclasses.replace(asked, notes=tuple(notes), narrower=fewer[0] if fewer else "")
+
+
+def torch_table_of(release: str, results: str | None) -> Path:
+    """The table of one torch release: the default table where that release is the one it was exported with (the
+    torch table's newest release is the default table's measurement), else ``<results>/<release>`` (by default the
+    published ``results/torch/``).
+
+    Raises:
+        HarnessError: no table of that release; the measured ones named.
+    """
+    if not lookup_release(release):
+        raise HarnessError(f"--torch {release}: not a torch release; write X.Y.Z, e.g. --torch 2.7.1")
+    default = published.default_results()
+    base = Path(results) if results else Path(default) / "torch"
+    if results is None and _release(published.measured_with(Path(default) / "matrix.jsonl").get("torch", "")) == release:
+        return Path(default)
+    table = base / release
+    if (table / "matrix.jsonl").is_file():
+        return table
+    measured = releases(base, None if results else Path(default))
+    listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
+    raise HarnessError(
+        f"--torch {release}: no table of torch {release} in {base} ({listed}); "
+        "add the release to [profiles.torch] torch and run `nox -s matrix -- --profile torch`"
+    )
+
+
+def lookup_release(release: str) -> bool:
+    """Whether ``release`` is an X.Y.Z torch release (no path: ``..`` or ``../architectures`` name none)."""
+    parts = release.split(".")
+    return len(parts) == 3 and all(p.isdigit() for p in parts)
+
+
+def releases(base: Path, default: Path | None) -> list[str]:
+    """The torch releases with a published table: each folder of ``base`` holding one, and the default table's own."""
+    found = {p.name for p in base.glob("*") if lookup_release(p.name) and (p / "matrix.jsonl").is_file()}
+    if default is not None and (own := _release(published.measured_with(default / "matrix.jsonl").get("torch", ""))):
+        found.add(own)
+    return sorted(found, key=version_tuple)
+
+
+def _release(build: str) -> str:
+    """``2.13.0+cpu`` → ``2.13.0``."""
+    return build.split("+", 1)[0]
+
+
+def narrower(asked: Asked, axes: dict[str, list[int]], default: str) -> list[str]:
+    """Where a torch release's table measured fewer opsets or runtimes than the default table, one line saying what
+    it measured (the answer's range is that table's, not the runtime's)."""
+    try:
+        pins, every = published.read_axes(Path(default) / "matrix.jsonl")
+    except (HarnessError, OSError, ValueError):
+        return []
+    if Path(asked.table).resolve() == (Path(default) / "matrix.jsonl").resolve():
+        return []
+    fewer_opsets = any(set(axes.get(e, ())) < set(o) for e, o in every.items())
+    fewer_runtimes = set(asked.runtimes) < set(pins)
+    if not (fewer_opsets or fewer_runtimes):
+        return []
+    torch = _release(asked.measured_with.get("torch", "")) or "this release"
+    return [
+        f"torch {torch}'s table measured {axes_said(axes)} on {_versions(asked.runtimes)} only (the default table: "
+        f"{axes_said(every)} on {len(pins)} runtimes): an opset or runtime it did not measure is not in this answer"
+    ]
+
+
+def axes_said(axes: Mapping[str, Sequence[int]]) -> str:
+    """``TorchScript 13–23 and dynamo 18–28``: the opsets asked, per exporter."""
+    names = {"torchscript": "TorchScript", "dynamo": "dynamo"}
+    ordered = sorted(axes.items(), key=lambda kv: kv[0] != "torchscript")
+    return " and ".join(f"{names.get(e, e)} {recommend.span(list(o))}" for e, o in ordered)
+
+
+def _versions(pins: Sequence[str]) -> str:
+    return ", ".join(p.split("==")[-1] for p in pins)
+
+
+def local_torch(asked: Asked, installed: str, results: str | None, default: str) -> list[str]:
+    """Where the user's environment holds another torch than the one the answer was measured with: which table
+    measured theirs and how to ask it, or that none did."""
+    mine, theirs = _release(installed), _release(asked.measured_with.get("torch", ""))
+    if not lookup_release(mine) or not theirs or mine == theirs:
+        return []
+    base = Path(results) if results else Path(default) / "torch"
+    measured = releases(base, Path(default))
+    if mine in measured:
+        return [
+            f"your environment has torch {installed}; this answer is torch {theirs}'s: `--torch {mine}` answers from its table"
+        ]
+    return [
+        f"your environment has torch {installed}, which no published table measured (torch tables: "
+        f"{', '.join(measured) or 'none'}); this answer is torch {theirs}'s"
+    ]
+
+
+def installed_torch() -> str | None:
+    """The torch of the environment this command runs in (its distribution's version; torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# Saying it -----------------------------------------------------------------------------------------------
+
+
+def head(asked: Asked) -> list[str]:
+    """The lines after the answer's first: the table, what it was measured with and what it measured, the notes."""
+    w = asked.measured_with
+    built = ", ".join(f"{k} {w[k]}" for k in ("torch", "onnx", "onnxscript") if k in w) or "versions not recorded"
+    lines = [
+        f"answered from {asked.table} (profile {asked.profile}): exported with {built}; measured {axes_said(asked.opsets)} "
+        f"on {len(asked.runtimes)} runtime{'s' * (len(asked.runtimes) != 1)} "
+        f"({_versions(asked.runtimes[:1])}{' … ' + _versions(asked.runtimes[-1:]) if len(asked.runtimes) > 1 else ''})"
+    ]
+    if asked.partial:
+        lines.append(
+            f"PARTIAL table ({len(asked.partial)} shard(s) were not whole: {asked.partial[0]}); its answer may change"
+        )
+    return lines + list(asked.notes)
+
+
+def text(asked: Asked) -> str:
+    said = recommend.render(asked.answer, head=head(asked))
+    return f"{asked.narrower}\n{said}" if asked.narrower else said
+
+
+def _option(answer: recommend.Answer, o: recommend.Option) -> dict[str, Any]:
+    return {
+        "exporter": o.exporter,
+        "opset": o.opset,
+        "ok": o.ok,
+        "ask": o.ask,
+        "asks": list(o.asks),
+        "selected": o.selected,
+        "passing": o.selected - len(o.failing),
+        "failing": [{"case": c, "why": w} for c, w in o.failing],
+        "skipped": [{"case": c, "why": w} for c, w in o.skipped],
+        "elsewhere": [{"case": c, "wrote": w} for c, w in o.elsewhere],
+        "table_passing": o.corpus_pass,
+        "table_counted": o.corpus_total,
+        "unloadable": answer.cannot_load(o.exporter),
+    }
+
+
+def to_json(asked: Asked) -> dict[str, Any]:
+    """``recommend --json``: :data:`SCHEMA` (docs/reading-the-table.md describes every field)."""
+    a = asked.answer
+    best = a.best
+    return {
+        "schema": SCHEMA,
+        "table": asked.table,
+        "profile": asked.profile,
+        "partial": list(asked.partial),
+        "measured_with": asked.measured_with,
+        "measured": {"runtimes": list(asked.runtimes), "opsets": {e: list(o) for e, o in asked.opsets.items()}},
+        "runtime": a.runtime,
+        "provider": a.provider,
+        "exporter": a.exporter,
+        "loads": None if a.frontier is None else {"max_ir": a.max_ir, "max_opset": a.max_opset},
+        "selection": {"how": asked.selection.how, "cases": list(asked.selection.cases), "said": asked.selection.said},
+        "recommended": None if best is None else {"exporter": best.exporter, "opset": best.opset, "ask": best.ask},
+        "per_exporter": {e: _option(a, o) for e, o in recommend.per_exporter(a).items()},
+        "options": [_option(a, o) for o in a.options],
+        "unloadable": dict(a.unloadable),
+        "notes": [n for n in (asked.narrower, *asked.notes) if n],
+        "exit": asked.code,
+    }
+
