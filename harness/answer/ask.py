@@ -79,10 +79,10 @@ def ask(
         given, chosen = results or default, results is not None
     with published.reading(given):
         source = str(published.table_path(given))
-    if not chosen:  # a runtime or cases only another profile measured: that profile's table
+    if not chosen and cases:  # cases only another profile measured (with the runtime asked): that profile's table
+        source = lookup.cases_table(cases, source, runtime)
+    elif not chosen:  # a runtime only another profile measured: that profile's table
         source = lookup.runtime_table(runtime, source)
-        if cases:
-            source = lookup.cases_table(cases, str(published.table_path(given)), runtime)
     with published.reading(source):  # a damaged table is one line naming it
         partial = tuple(published.read_partial(source))
         pin = lookup.resolve_runtime(runtime, published.read_pins(source), source)
@@ -126,16 +126,16 @@ def torch_table_of(release: str, results: str | None) -> Path:
     Raises:
         HarnessError: no table of that release; the measured ones named.
     """
-    if not lookup_release(release):
+    if not is_release(release):
         raise HarnessError(f"--torch {release}: not a torch release; write X.Y.Z, e.g. --torch 2.7.1")
-    default = published.default_results()
-    base = Path(results) if results else Path(default) / "torch"
-    if results is None and _release(published.measured_with(Path(default) / "matrix.jsonl").get("torch", "")) == release:
-        return Path(default)
+    default = Path(published.default_results())
+    base = Path(results) if results else default / "torch"
+    if results is None and _own_release(default) == release:
+        return default
     table = base / release
     if (table / "matrix.jsonl").is_file():
         return table
-    measured = releases(base, None if results else Path(default))
+    measured = releases(base, None if results else default)
     listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
     raise HarnessError(
         f"--torch {release}: no table of torch {release} in {base} ({listed}); "
@@ -143,7 +143,7 @@ def torch_table_of(release: str, results: str | None) -> Path:
     )
 
 
-def lookup_release(release: str) -> bool:
+def is_release(release: str) -> bool:
     """Whether ``release`` is an X.Y.Z torch release (no path: ``..`` or ``../architectures`` name none)."""
     parts = release.split(".")
     return len(parts) == 3 and all(p.isdigit() for p in parts)
@@ -151,10 +151,15 @@ def lookup_release(release: str) -> bool:
 
 def releases(base: Path, default: Path | None) -> list[str]:
     """The torch releases with a published table: each folder of ``base`` holding one, and the default table's own."""
-    found = {p.name for p in base.glob("*") if lookup_release(p.name) and (p / "matrix.jsonl").is_file()}
-    if default is not None and (own := _release(published.measured_with(default / "matrix.jsonl").get("torch", ""))):
+    found = {p.name for p in base.glob("*") if is_release(p.name) and (p / "matrix.jsonl").is_file()}
+    if default is not None and (own := _own_release(default)):
         found.add(own)
     return sorted(found, key=version_tuple)
+
+
+def _own_release(table: Path) -> str:
+    """The torch release a published table was exported with (``2.13.0``; "" where it does not say)."""
+    return _release(published.measured_with(table / "matrix.jsonl").get("torch", ""))
 
 
 def _release(build: str) -> str:
@@ -197,7 +202,7 @@ def local_torch(asked: Asked, installed: str, results: str | None, default: str)
     """Where the user's environment holds another torch than the one the answer was measured with: which table
     measured theirs and how to ask it, or that none did."""
     mine, theirs = _release(installed), _release(asked.measured_with.get("torch", ""))
-    if not lookup_release(mine) or not theirs or mine == theirs:
+    if not is_release(mine) or not theirs or mine == theirs:
         return []
     base = Path(results) if results else Path(default) / "torch"
     measured = releases(base, Path(default))
@@ -226,8 +231,7 @@ def installed_torch() -> str | None:
 
 def head(asked: Asked) -> list[str]:
     """The lines after the answer's first: the table, what it was measured with and what it measured, the notes."""
-    w = asked.measured_with
-    built = ", ".join(f"{k} {w[k]}" for k in ("torch", "onnx", "onnxscript") if k in w) or "versions not recorded"
+    built = published.built_said(asked.measured_with)
     lines = [
         f"answered from {asked.table} (profile {asked.profile}): exported with {built}; measured {axes_said(asked.opsets)} "
         f"on {len(asked.runtimes)} runtime{'s' * (len(asked.runtimes) != 1)} "

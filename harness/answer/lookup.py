@@ -92,13 +92,7 @@ def _distance(have: tuple[int, ...], want: tuple[int, ...]) -> tuple[int, ...]:
 def runtime_table(spec: str, source: str) -> str:
     """The published table that measured runtime ``spec``: ``source`` when it did, else the first profile folder beside
     it that did (``results/openvino/`` for ``ortov-1.24.1``); ``source`` when none did (its refusal names the nearest)."""
-    for table in tables(source):
-        try:
-            resolve_runtime(spec, read_pins(table), table)
-        except (HarnessError, OSError, ValueError):  # not there, or damaged (not UTF-8): not the one that measured it
-            continue
-        return table
-    return source
+    return next((table for table in tables(source) if _measures(table, spec)), source)
 
 
 def tables(source: str) -> list[str]:
@@ -200,6 +194,7 @@ def _nearest(given: str, every: Mapping[str, Mapping[str, Mapping[str, Any]]]) -
 
 
 def _measures(table: str, runtime: str) -> bool:
+    """Whether ``table`` measured the runtime ``runtime`` names (a damaged table, not UTF-8, measured nothing)."""
     try:
         resolve_runtime(runtime, read_pins(table), table)
     except (HarnessError, OSError, ValueError):

@@ -1,7 +1,7 @@
 """The answer per model, and what fails once per cause: how a table of real models (``results/architectures/``)
 reads.
 
-:func:`per_model` asks :func:`harness.answer.recommend.recommend` about each case alone on each runtime × provider:
+:func:`per_model` asks :func:`harness.answer.recommend.combine` about each case alone on each runtime × provider:
 the exporter and opset to ship that model there. :func:`findings` folds every failing cell of the table into causes:
 the same exporter, status, probes and error (numbers and node names aside) is one cause, said once with every model,
 opset and runtime it holds on, so a failure that a whole family shares is one line, not forty. A refusal at load that

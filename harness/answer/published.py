@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -205,12 +205,7 @@ kept}``): rows are labelled by the opset written, and this says which rows a req
 def read_rewrites(table: str | Path) -> dict[tuple[str, str, int], int]:
     """``rewrites.json`` beside a published ``matrix.jsonl``: (case, exporter, opset asked) → opset written
     ({} without one: every request wrote what it asked)."""
-    path = Path(table).with_name(REWRITES)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {(str(w["case"]), str(w["exporter"]), int(w["asked"])): int(w["wrote"]) for w in data}
-    except (OSError, ValueError, TypeError, KeyError):
-        return {}
+    return {(w.case, w.exporter, w.asked): w.wrote for w in read_rewrite_records(table)}
 
 
 def read_rewrite_records(table: str | Path) -> list[Rewrite]:
@@ -307,13 +302,27 @@ def environment(table: str | Path) -> dict[str, Any]:
     return _json_beside("environment", Path(table))
 
 
-def measured_with(table: str | Path) -> dict[str, str]:
-    """The versions a published table was exported with (``environment.json``'s ``export``): torch (its build named as
-    installed: ``2.13.0+cpu``), onnx, onnxscript; {} where it does not say."""
-    export = _json_beside("environment", Path(table)).get("export")
+_BUILT = ("torch", "onnx", "onnxscript")
+
+
+def exported_with(env: Mapping[str, Any]) -> dict[str, str]:
+    """The versions an ``environment.json`` says its table was exported with (its ``export``): torch (its build named
+    as installed: ``2.13.0+cpu``), onnx, onnxscript; {} where it does not say."""
+    export = env.get("export")
     if not isinstance(export, dict):
         return {}
-    return {k: str(export[k]) for k in ("torch", "onnx", "onnxscript") if export.get(k)}
+    return {k: str(export[k]) for k in _BUILT if export.get(k)}
+
+
+def measured_with(table: str | Path) -> dict[str, str]:
+    """:func:`exported_with` of the ``environment.json`` beside a published ``matrix.jsonl``."""
+    return exported_with(environment(table))
+
+
+def built_said(versions: Mapping[str, str]) -> str:
+    """``torch 2.13.0+cpu, onnx 1.23.2, onnxscript 0.7.2``: :func:`exported_with`'s versions, as every answer says
+    them."""
+    return ", ".join(f"{k} {versions[k]}" for k in _BUILT if k in versions) or "versions not recorded"
 
 
 def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:

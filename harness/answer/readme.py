@@ -91,7 +91,7 @@ def rewrite_lines(results: Path) -> list[str]:
         named = ", ".join(f"`{c}`" for c in cases[:4]) + (f" and {len(cases) - 4} more" if len(cases) > 4 else "")
         said = f" ({_reason(reason)})" if reason else ""
         lines.append(
-            f"- **{exporter} asked for {recommend.span(list(asked))} writes opset {wrote}** for "
+            f"- **{recommend.rewrite_said(exporter, asked, wrote)}** for "
             f"{len(cases)} case{'s' * (len(cases) != 1)}: {named}{said}"
         )
     return lines
@@ -107,8 +107,7 @@ def _reason(reason: str) -> str:
 def block(results: Path) -> str:
     """What goes between :data:`BEGIN` and :data:`END`, from the table published in ``results``."""
     table = safe_table((results / "README.md").read_text(encoding="utf-8"))
-    built = published.measured_with(results / "matrix.jsonl")
-    said = ", ".join(f"{k} {built[k]}" for k in ("torch", "onnx", "onnxscript") if k in built) or "versions not recorded"
+    said = published.built_said(published.measured_with(results / "matrix.jsonl"))
     asked = ask.axes_said(published.read_axes(results)[1])
     head = [
         f"Measured with {said}, at every opset each exporter writes ({asked}). Each opset named is the one the file "

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.answer.published import consecutive, group_by, runtime_order, why, worst
@@ -75,6 +75,11 @@ class Column:
 
     def cannot_load(self, exporter: str) -> str | None:
         return dict(self.unloadable).get(exporter)
+
+    @property
+    def frontier(self) -> str | None:
+        """What the runtime loads, measured (``loads up to IR 9 / opset 19 (measured)``); None where not measured."""
+        return frontier.describe(self.loads) + " (measured)" if self.loads else None
 
     def written_for(self, case: str, exporter: str, asked: int) -> int:
         return self.wrote.get((case, exporter, asked), asked)
@@ -179,20 +184,26 @@ def column(
     rewrites = {k: v for k, v in (rewrites or {}).items() if exporter is None or k[1] == exporter}
     by_artifact = group_by(mine, "exporter", "opset", "case")
     cases = tuple(dict.fromkeys(c.case for c in mine))
-    asked: dict[str, set[int]] = {}
-    for c in mine:
-        asked.setdefault(c.exporter, set()).add(c.opset_asked or c.opset)
-    for _, exp, opset in rewrites:
-        if exp in asked:
-            asked[exp].add(opset)
+    asked = asked_opsets(mine, rewrites)
     options = sorted({(e, o) for e, o, _ in by_artifact})  # an option is a file written: a row of the table
     verdicts: dict[tuple[str, int], dict[str, Verdict]] = {}
     for exp, opset in options:
         verdicts[(exp, opset)] = {case: _verdict(by_artifact, rewrites, exp, opset, case, loads) for case in cases}
     unloadable = tuple((e, said) for e in sorted(asked) if (said := _unloadable(mine, e, loads)))
-    return Column(
-        runtime, provider, cases, verdicts, {e: tuple(sorted(o)) for e, o in asked.items()}, dict(rewrites), loads, unloadable
-    )
+    return Column(runtime, provider, cases, verdicts, asked, dict(rewrites), loads, unloadable)
+
+
+def asked_opsets(cells: Iterable[CellRecord], rewrites: Iterable[tuple[str, str, int]]) -> dict[str, tuple[int, ...]]:
+    """Per exporter of ``cells``, the opsets it was asked for: each row's request (``opset_asked``, else the opset, a
+    row being labelled by the opset written) and each request that the table left out as the same export again
+    (``rewrites``: (case, exporter, opset asked))."""
+    asked: dict[str, set[int]] = {}
+    for c in cells:
+        asked.setdefault(c.exporter, set()).add(c.opset_asked or c.opset)
+    for _, exporter, opset in rewrites:
+        if exporter in asked:
+            asked[exporter].add(opset)
+    return {e: tuple(sorted(o)) for e, o in sorted(asked.items())}
 
 
 def _verdict(
@@ -270,6 +281,11 @@ def _unloadable(cells: Sequence[CellRecord], exporter: str, loads: Mapping[str, 
     )
 
 
+def rewrite_said(exporter: str, asked: Sequence[int], wrote: int) -> str:
+    """``dynamo asked for 26–28 writes opset 18``: a request the exporter answered with another opset."""
+    return f"{exporter} asked for {span(list(asked))} writes opset {wrote}"
+
+
 def span(values: Sequence[int]) -> str:
     """``10`` / ``21–22`` / ``18–28`` / ``17, 18, 20`` / ``18, 26–28``: numbers that are one run of consecutive ones as
     a range; among others, each run of three or more as a range."""
@@ -301,11 +317,10 @@ def combine(col: Column, cases: Sequence[str], selection: str, exporter: str | N
         key=lambda o: (not o.ok, o.selected == 0, o.exporter in blocked, len(o.failing), -o.opset, -o.corpus_pass, o.exporter)
     )
     loads = col.loads
-    frontier_line = frontier.describe(loads) + " (measured)" if loads else None
     unloadable = tuple((e, w) for e, w in col.unloadable if exporter in (None, e))
     max_ir, max_opset = (loads.get("max_ir"), loads.get("max_opset")) if loads else (None, None)
     return Answer(
-        col.runtime, col.provider, selection, tuple(cases), tuple(options), frontier_line, exporter, unloadable, max_ir, max_opset
+        col.runtime, col.provider, selection, tuple(cases), tuple(options), col.frontier, exporter, unloadable, max_ir, max_opset
     )
 
 
@@ -365,19 +380,6 @@ def columns(
             continue  # nothing ran there: no answer (the table says why once)
     order = {pin: i for i, pin in enumerate(runtime_order(c.runtime for c in found))}
     return sorted(found, key=lambda c: (order[c.runtime], c.provider))
-
-
-def safe_opsets(
-    cells: Sequence[CellRecord],
-    cases: Sequence[str],
-    selection: str,
-    loads: Mapping[str, Mapping[str, Any]] | None = None,
-    rewrites: Mapping[tuple[str, str, int], int] | None = None,
-) -> list[Answer]:
-    """What ``harness recommend`` answers for every runtime × provider of the table (oldest runtime first),
-    with each runtime's measured frontier from ``loads`` (pin → result); a column where nothing ran has no
-    answer and is left out."""
-    return [combine(col, cases, selection) for col in columns(cells, loads, rewrites)]
 
 
 def per_exporter(answer: Answer) -> dict[str, Option]:

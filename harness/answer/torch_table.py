@@ -150,12 +150,7 @@ class Release:
 
     def measured(self) -> str:
         """``TorchScript 17, 18, 20 and dynamo 18, 20 on 1.17.3, 1.20.1, 1.32.0``: what its table measured."""
-        asked: dict[str, set[int]] = {}
-        for c in self.cells:
-            asked.setdefault(c.exporter, set()).add(c.opset_asked or c.opset)
-        for _, exporter, opset in self.rewrites:
-            asked.setdefault(exporter, set()).add(opset)
-        said = ask.axes_said({e: sorted(o) for e, o in asked.items()})
+        said = ask.axes_said(recommend.asked_opsets(self.cells, self.rewrites))
         versions = [p.split("==")[-1] for p in published.runtime_order(c.runtime for c in self.cells)]
         where = ", ".join(versions) if len(versions) <= 4 else f"{len(versions)} runtimes ({versions[0]} … {versions[-1]})"
         return f"{said} on {where}" if said else "nothing"

@@ -413,7 +413,7 @@ def _ship_lines(case: str, ship: str | None, rewrites: Sequence[Rewrite]) -> lis
         ]
     for exporter, asked, wrote, reason, _ in published.rewrite_groups(rewrites):
         said = f"; the exporter's reason: {_md_escape(reason)}" if reason else "; the exporter said nothing"
-        lines += [f"**{rewrite_said(exporter, asked, wrote)}** for this case, silently{said}.", ""]
+        lines += [f"**{recommend.rewrite_said(exporter, asked, wrote)}** for this case, silently{said}.", ""]
     return lines
 
 
@@ -482,11 +482,6 @@ def _ends(text: str, limit: int) -> str:
     return f"{text[:half].rstrip()} … {text[-half:].lstrip()}"
 
 
-def rewrite_said(exporter: str, asked: Sequence[int], wrote: int) -> str:
-    """``dynamo asked for 26–28 writes opset 18``."""
-    return f"{exporter} asked for {recommend.span(list(asked))} writes opset {wrote}"
-
-
 def _rewrite_lines(rewrites: Sequence[Rewrite]) -> list[str]:
     """"Asked for one opset, written at another": each request an exporter answered with a lower opset, its cases and
     the exporter's reason. Users believe the number they asked for; the file declares another."""
@@ -505,7 +500,8 @@ def _rewrite_lines(rewrites: Sequence[Rewrite]) -> list[str]:
     rows = []
     for exporter, asked, wrote, reason, cases in published.rewrite_groups(rewrites):
         named = ", ".join(f"[{c}]({_page(c)})" if _CASE_NAME.match(c) else _md_escape(c) for c in cases)
-        rows.append([rewrite_said(exporter, asked, wrote), f"{len(cases)}: {named}", _md_escape(reason) or "(it said nothing)"])
+        said = _md_escape(reason) or "(it said nothing)"
+        rows.append([recommend.rewrite_said(exporter, asked, wrote), f"{len(cases)}: {named}", said])
     lines += [tabulate(rows, headers=["request", "cases", "the exporter's reason"], tablefmt="github"), ""]
     return lines
 
@@ -516,10 +512,7 @@ def _at(reason: Mapping[str, Any]) -> str:
 
 def _built(env: Mapping[str, Any]) -> str:
     """``torch 2.13.0+cpu, onnx 1.23.2, onnxscript 0.7.2``: what the table was exported with."""
-    export = env.get("export")
-    if not isinstance(export, dict):
-        return "versions not recorded"
-    return ", ".join(f"{k} {export[k]}" for k in ("torch", "onnx", "onnxscript") if export.get(k)) or "versions not recorded"
+    return published.built_said(published.exported_with(env))
 
 
 def _safe_lines(

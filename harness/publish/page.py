@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.answer.published import column_label, runtime_order
+from harness.answer.published import column_label, exported_with, runtime_order
 from harness.answer.recommend import UNMEASURED, Column, table_counts
 from harness.build.frontier import describe
 from harness.config import runtimes
@@ -70,7 +70,7 @@ def _answers(cols: Sequence[Column], cases: Sequence[str]) -> list[dict[str, Any
             {
                 "runtime": col.runtime,
                 "provider": col.provider,
-                "frontier": describe(col.loads) + " (measured)" if col.loads else "",
+                "frontier": col.frontier or "",
                 "unloadable": dict(col.unloadable),
                 "asked": {e: list(o) for e, o in col.asked.items()},
                 "options": options,
@@ -161,7 +161,7 @@ def data(
         "rewrites": [
             [case_index[w.case], w.exporter, w.asked, w.wrote, w.reason] for w in rewrites if w.case in case_index
         ],
-        "built": {k: str(v) for k, v in (environment.get("export") or {}).items() if k in ("torch", "onnx", "onnxscript")},
+        "built": exported_with(environment),
         "cases": [{k: cards[name].get(k, "") for k in _CARD_KEYS} | {"name": name} for name in case_names],
         "rows": [
             [case_index[r.case], r.exporter, r.opset, r.opset_asked or r.opset, r.ir_version or 0, repros.get(r.key.id, "")]

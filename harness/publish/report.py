@@ -217,12 +217,13 @@ def _build(
     alone = {a.case: a for a in models.per_model(cells, every, loads, rewritten, cards, cols)}  # each case's own answer
     real = [case for case in every if cards.get(case, {}).get("about")]
     per_model = [alone[case] for case in real if case in alone]
+    ship = {case: models.by_runtime(a) for case, a in alone.items()}
     mine = set(real)
     causes = models.findings([c for c in cells if c.case in mine], loads, providers=len({c.provider for c in cells}))
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
         frontier=loads, verdicts=cols, beside=beside, home=_home(results), tables=tables, rewrites=rewrites,
-        ship={case: models.by_runtime(a) for case, a in alone.items()},
+        ship=ship,
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -240,11 +241,10 @@ def _build(
     verdicts = _verdicts(cells, exports)
     pages = markdown.case_pages(
         df, exports, verdicts, profile, environment, findings=causes, cards=cards,
-        ship={case: models.by_runtime(a) for case, a in alone.items()}, rewrites=rewrites,
+        ship=ship, rewrites=rewrites,
     )  # fmt: skip
     _write_case_pages(stage, results, pages)
-    ship = {case: a for case, a in alone.items()}
-    return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems, ship)
+    return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems, alone)
 
 
 def _home(results: Path) -> str | None:
