@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from harness.answer import published  # noqa: E402
 from harness.build import lock, plan, stamps  # noqa: E402
 from harness.cases import corpus  # noqa: E402
-from harness.cli import check_options, matrix_options  # noqa: E402
+from harness.cli import check_matrix, check_options, matrix_options  # noqa: E402
 from harness.config.matrix import load, version_tuple  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.run.backends.gpu import nvidia_driver_problem  # noqa: E402
@@ -74,12 +74,14 @@ def _options(posargs: list[str]) -> argparse.Namespace:
         raise SystemExit(f"nox: unknown option(s) {' '.join(rest)}; use {known}")
     try:
         check_options(ns, ROOT)  # an empty --cases, an --out that is the project itself: one line before anything runs
+        check_matrix(MATRIX)  # a torch release no table can name: refused before its download starts
         MATRIX.profile(ns.profile)
         ns.requirements = corpus.requirements_of(MATRIX, ns.with_, _corpus(ns), ROOT)
+        if ns.results is None:  # the default profile is the published table; the others stay in the build folder
+            ns.results = str(MATRIX.profile(ns.profile).results(ns.out))
+        published.kept(ROOT / ns.results)  # a folder that is no results folder: refused before a lock is put in it
     except HarnessError as exc:
         raise SystemExit(f"nox: {exc}") from None
-    if ns.results is None:  # the default profile is the published table; the others stay in the build folder
-        ns.results = str(MATRIX.profile(ns.profile).results(ns.out))
     return ns
 
 
@@ -378,7 +380,9 @@ def report(session: nox.Session) -> None:
         session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
     published_root = (ROOT / "results").resolve()
     where = (ROOT / ns.results).resolve()
-    if where == published_root or published_root in where.parents:  # a published table: the README and docs state it
+    if ns.partial:  # the README and docs state a whole table, never a partial one
+        session.log("README.md and docs/ are not refreshed from a partial report")
+    elif where == published_root or published_root in where.parents:  # a published table: the README and docs state it
         session.run("harness", "readme", "--results", str(published_root), "--readme", str(ROOT / "README.md"))
 
 

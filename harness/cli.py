@@ -265,11 +265,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "readme",
         help="refresh the project README's answer block, and every fact the README and docs/ give of a published table "
-        "(--check: exit 1 if stale)",
+        "(--check: exit 0 when fresh, 1 when stale, 2 when it cannot tell)",
     )
     p.add_argument("--results", default="results", help="the published folder (default: results)")
     p.add_argument("--readme", default="README.md", help="the README holding the block (default: README.md)")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the block is not what the table gives")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 0 when fresh, 1 when the block is not what the table gives, 2 when it cannot tell",
+    )
     return ap
 
 
@@ -341,6 +345,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from harness.config.matrix import load
 
     matrix = load(args.matrix)
+    check_matrix(matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
     if args.command in TORCH_SCOPED:  # one torch release of a profile that lists them: its own matrix, build and table
@@ -354,11 +359,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     elif getattr(args, "torch", None) is not None:
         raise HarnessError(f"--torch: `harness {args.command}` takes no torch release; drop it")
     if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.build.lock
+        from harness.answer import published
+
         with contextlib.ExitStack() as held:
             held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
-            if args.command == "report":
+            if args.command in ("report", "torch-report"):  # one writer per results folder too
                 results = Path(args.results) if args.results else profile.results(out)
                 if results.resolve() != out.resolve():
+                    published.kept(results)  # a folder that is no results folder is refused before a lock is put in it
                     held.enter_context(lock.acquire(results, lock.command_line(), echo=_note))
             return _stage(args, matrix, profile, out)
     return _stage(args, matrix, profile, out)
@@ -398,6 +406,25 @@ def check_options(args: argparse.Namespace, root: Path | None = None) -> None:
         raise HarnessError(f"--timeout {timeout!r}: must be within 1..{BOUNDS['export.reference_timeout'][1]:.0f} seconds")
     if getattr(args, "command", None) != "reference" and getattr(args, "out", None) is not None:
         out_problem(args.out, root or Path(args.matrix).resolve().parent)
+
+
+def check_matrix(matrix: Matrix) -> None:
+    """What matrix.toml's reader lets through and the commands refuse, before anything is read or written: a torch
+    release that is not one the torch table can name (``02.07.01``: the grammar of ``--torch``,
+    :func:`harness.answer.published.is_release`). The noxfile checks it too, before any environment is made.
+
+    Raises:
+        HarnessError: the profile, the value, the fix.
+    """
+    from harness.answer.published import is_release
+
+    for prof in matrix.profiles.values():
+        for release in prof.torch:
+            if not is_release(release):
+                raise HarnessError(
+                    f"{matrix.path}: [profiles.{prof.name}] torch: {release!r} is not a torch release; write X.Y.Z as "
+                    'torch names it (e.g. "2.7.1": no leading zero, no +cpu or +cu tag)'
+                )
 
 
 def out_problem(out: str | os.PathLike[str], root: Path) -> None:
@@ -531,10 +558,10 @@ def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
 
 
 def _torch_report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.answer import torch_table
+    from harness.publish import torch_report
 
     results = Path(args.results) if args.results else profile.results(out)
-    summary = torch_table.write(matrix, profile, results)
+    summary = torch_report.write(matrix, profile, results)
     missing = [r["torch"] for r in summary["releases"] if r["problem"]]
     print(
         f"torch-report: {len(summary['releases'])} releases, {len(summary['changes'])} verdicts that change with the "
@@ -622,12 +649,15 @@ def _readme(args: argparse.Namespace) -> int:
     from harness.answer import readme
 
     path, results = Path(args.readme), Path(args.results)
-    if args.check:
+    if args.check:  # 0: fresh, 1: stale, 2 (a refusal, as every one): cannot tell
         stale = readme.refresh(path, results, write=False)
         said = "STALE: run `harness readme`" if stale else f"what {results} gives"
         print(f"{path}: the answer block and the facts of the README and docs/ are {said}")
         return 1 if stale else 0
-    changed = readme.refresh(path, results)
+    if not results.is_dir():
+        raise HarnessError(f"--results {results}: not a folder; give the published results folder (default: results)")
+    with lock.acquire(results, lock.command_line(), echo=_note):  # no report swaps the table while it is read
+        changed = readme.refresh(path, results)
     print(f"{path}: answer block and facts {'refreshed' if changed else 'unchanged'} from {results}")
     return 0
 

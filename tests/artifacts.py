@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from harness.build import cache
 from harness.build.cache import sha256_file as sha256
 from harness.build.cache import write_json
 from harness.build.layout import MANIFEST
@@ -106,9 +107,14 @@ def write_artifact(
 
 
 def write_manifest(out: Path, ids: list[str]) -> None:
-    """Write ``out/manifest.json`` listing ``ids``, as the export stage does (profile ``faults``)."""
+    """Write ``out/manifest.json`` listing ``ids``, and the runtimes' frontier models (real ones: the run stage measures
+    what each runtime loads on them, and a report refuses a runtime whose frontier is not measured), as the export
+    stage does (profile ``faults``)."""
+    from harness.build import frontier
+
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / MANIFEST, {"profile": "faults", "artifacts": list(ids), "versions": {}, "seconds": 0, "problems": []})
+    frontier.write_models(out)
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -289,3 +295,19 @@ def runtime_env(folder: Path, *requirements: str) -> Path:
     subprocess.run([uv, "pip", "install", "-q", "-p", py, *requirements], check=True, timeout=900)
     subprocess.run([uv, "pip", "install", "-q", "-p", py, "--no-deps", "-e", str(root)], check=True)
     return Path(py)
+
+
+# --- damage ---------------------------------------------------------------------------------------
+
+
+def forge(shard: Path, status: str, to: str) -> str:
+    """Turn the first ``status`` line of ``shard`` into ``to`` with its own checksum recomputed (the line holds,
+    the seal does not); returns the forged cell's key."""
+    lines = shard.read_text(encoding="utf-8").splitlines()
+    i = next(i for i, line in enumerate(lines) if f'"status": "{status}"' in line)
+    data, state = cache.unseal(lines[i])
+    assert data is not None and state == "ok"
+    data.update(status=to, error_class=None, error_line=None, error=None)
+    lines[i] = cache.seal(data)
+    shard.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return f"{data['case']} {data['probe']}"

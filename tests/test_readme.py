@@ -21,7 +21,7 @@ def test_the_committed_readme_states_what_the_committed_table_gives() -> None:
 def test_a_changed_table_makes_the_block_stale_and_harness_readme_refreshes_it(tmp_path: Path) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    for name in ("README.md", "matrix.jsonl", "cases.json", "frontier.json", "rewrites.json"):
+    for name in ("README.md", "matrix.jsonl", "cases.json", "frontier.json", "rewrites.json", "environment.json"):
         if (ROOT / "results" / name).exists():
             shutil.copy(ROOT / "results" / name, results / name)
     page = results / "README.md"

@@ -25,23 +25,11 @@ from harness.build import cache, layout
 from harness.build.layout import load_artifacts, shard_path
 from harness.config.matrix import Matrix
 from tests.artifacts import fault_corpus
+from tests.artifacts import forge as _forge
 from tests.test_cache import NEWEST, _export, _plan, user_corpus  # noqa: F401 (the fixture)
 from tests.test_reliability import PROFILE, ROOT, _holder, _matrix, _one_line, _published, _report, _run
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
-
-
-def _forge(shard: Path, status: str, to: str) -> str:
-    """Turn the first ``status`` line of ``shard`` into ``to`` with its own checksum recomputed (the line holds,
-    the seal does not); returns the forged cell's key."""
-    lines = shard.read_text(encoding="utf-8").splitlines()
-    i = next(i for i, line in enumerate(lines) if f'"status": "{status}"' in line)
-    data, state = cache.unseal(lines[i])
-    assert data is not None and state == "ok"
-    data.update(status=to, error_class=None, error_line=None, error=None)
-    lines[i] = cache.seal(data)
-    shard.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return f"{data['case']} {data['probe']}"
 
 
 def _statuses(shard: Path) -> dict[str, str]:

@@ -10,6 +10,7 @@ docs/reading-the-table.md). Standard library only, like :mod:`harness.answer.pub
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ def ask(
         source = lookup.cases_table(cases, source, runtime)
     elif not chosen:  # a runtime only another profile measured: that profile's table
         source = lookup.runtime_table(runtime, source)
+    published.check_table(source)  # a table cut, changed or put together from two reports: refused, not answered
     with published.reading(source):  # a damaged table is one line naming it
         partial = tuple(published.read_partial(source))
         pin = lookup.resolve_runtime(runtime, published.read_pins(source), source)
@@ -121,37 +123,63 @@ def ask(
 def torch_table_of(release: str, results: str | None) -> Path:
     """The table of one torch release: the default table where that release is the one it was exported with (the
     torch table's newest release is the default table's measurement), else ``<results>/<release>`` (by default the
-    published ``results/torch/``).
+    published ``results/torch/``): one of the releases the table across them lists (its ``torch.json``), checked to
+    be that release's table.
 
     Raises:
-        HarnessError: no table of that release; the measured ones named.
+        HarnessError: not a release name, no table of that release (the measured ones named), or a table there that
+            is another release's or another profile's.
     """
-    if not is_release(release):
-        raise HarnessError(f"--torch {release}: not a torch release; write X.Y.Z, e.g. --torch 2.7.1")
+    if not published.is_release(release):
+        raise HarnessError(
+            f"--torch {release}: not a torch release; write X.Y.Z as the torch table names them, e.g. --torch 2.7.1"
+        )
     default = Path(published.default_results())
     base = Path(results) if results else default / "torch"
     if results is None and _own_release(default) == release:
         return default
+    profile, listed = _listed(base)
     table = base / release
-    if (table / "matrix.jsonl").is_file():
+    if (listed is None or release in listed) and (table / "matrix.jsonl").is_file():
+        env = published.check_table(table)
+        profile = profile or str(env.get("profile") or "torch")
+        if (foreign := published.foreign_table(env, release, profile)) is not None:
+            raise HarnessError(
+                f"--torch {release}: {table / 'environment.json'}: {foreign}; republish it with "
+                "`nox -s matrix -- --profile torch`"
+            )
         return table
     measured = releases(base, None if results else default)
-    listed = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
+    said = f"it measured torch {', '.join(measured)}" if measured else "it holds no torch table"
     raise HarnessError(
-        f"--torch {release}: no table of torch {release} in {base} ({listed}); "
+        f"--torch {release}: no table of torch {release} in {base} ({said}); "
         "add the release to [profiles.torch] torch and run `nox -s matrix -- --profile torch`"
     )
 
 
+def _listed(base: Path) -> tuple[str | None, list[str] | None]:
+    """The profile of the table across torch releases in ``base`` and the releases it lists (its ``torch.json``);
+    (None, None) where it has none."""
+    summary = base / published.TORCH_SUMMARY
+    if not summary.exists():
+        return None, None
+    with published.reading(summary):
+        data = json.loads(published.read_text(summary, "the torch table's torch.json"))
+        return str(data["inputs"]["profile"]), [str(r["torch"]) for r in data["releases"]]
+
+
 def is_release(release: str) -> bool:
     """Whether ``release`` is an X.Y.Z torch release (no path: ``..`` or ``../architectures`` name none)."""
-    parts = release.split(".")
-    return len(parts) == 3 and all(p.isdigit() for p in parts)
+    return published.is_release(release)
 
 
 def releases(base: Path, default: Path | None) -> list[str]:
     """The torch releases with a published table: each folder of ``base`` holding one, and the default table's own."""
-    found = {p.name for p in base.glob("*") if is_release(p.name) and (p / "matrix.jsonl").is_file()}
+    listed = _listed(base)[1] if base.is_dir() else None
+    found = {
+        p.name for p in base.glob("*")
+        if is_release(p.name) and (p / "matrix.jsonl").is_file() and (listed is None or p.name in listed)
+    }  # fmt: skip
     if default is not None and (own := _own_release(default)):
         found.add(own)
     return sorted(found, key=version_tuple)
@@ -237,16 +265,23 @@ def head(asked: Asked) -> list[str]:
         f"on {len(asked.runtimes)} runtime{'s' * (len(asked.runtimes) != 1)} "
         f"({_versions(asked.runtimes[:1])}{' … ' + _versions(asked.runtimes[-1:]) if len(asked.runtimes) > 1 else ''})"
     ]
-    if asked.partial:
-        lines.append(
-            f"PARTIAL table ({len(asked.partial)} shard(s) were not whole: {asked.partial[0]}); its answer may change"
-        )
     return lines + list(asked.notes)
+
+
+def partial_said(asked: Asked) -> str:
+    """The first line of an answer from a PARTIAL table (what its report left out), else ""."""
+    if not asked.partial:
+        return ""
+    return (
+        f"PARTIAL TABLE, not the answer: {len(asked.partial)} shard(s) were not whole when it was published, so what "
+        f"follows may change ({asked.partial[0]})"
+    )
 
 
 def text(asked: Asked) -> str:
     said = recommend.render(asked.answer, head=head(asked))
-    return f"{asked.narrower}\n{said}" if asked.narrower else said
+    first = [line for line in (partial_said(asked), asked.narrower) if line]
+    return "\n".join([*first, said])
 
 
 def _option(answer: recommend.Answer, o: recommend.Option) -> dict[str, Any]:

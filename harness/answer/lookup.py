@@ -141,10 +141,12 @@ def cases_table(cases: Sequence[str], source: str, runtime: str | None = None) -
     where: dict[str, list[str]] = {c: [] for c in cases}
     whole: list[str] = []
     every: dict[str, dict[str, dict[str, str]]] = {}
+    damaged: list[str] = []
     for table in tables(source):
         try:
             cards = read_cases(table)
-        except (HarnessError, OSError, ValueError, AttributeError):  # damaged: not the table that measured them
+        except HarnessError as exc:  # damaged: it may be the table that holds them
+            damaged.append(str(exc))
             continue
         every[table] = cards
         found = {c: find_case(c, cards) for c in cases}
@@ -160,7 +162,9 @@ def cases_table(cases: Sequence[str], source: str, runtime: str | None = None) -
         return measuring[0]
     if whole:
         return whole[0]
-    if unknown := [c for c, found_in in where.items() if not found_in]:
+    if (unknown := [c for c, found_in in where.items() if not found_in]) and damaged:  # the table that holds them?
+        raise HarnessError(f"--cases {','.join(unknown)}: no readable table measured it, and one cannot be read: {damaged[0]}")
+    if unknown:
         raise HarnessError(f"--cases: {'; '.join(_nearest(c, every) for c in unknown)}")
     if all(where.values()):  # each measured somewhere, but not together
         split: dict[str, list[str]] = {}

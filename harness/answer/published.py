@@ -28,7 +28,7 @@ CASES = "cases.json"
 
 REPORT_FILES = frozenset(
     {"README.md", "index.html", "matrix.jsonl", "environment.json", CASES, "rewrites.json", "frontier.json",
-     "history.jsonl", "cases", "plots", "repro"}
+     "history.jsonl", "cases", "plots", "repro", "timing.md"}
 )  # fmt: skip
 """What a report writes in its folder: all of it is replaced by the next report (``tests/test_publish.py``
 checks that a real report writes nothing else)."""
@@ -247,6 +247,121 @@ def read_partial(table: str | Path) -> list[str]:
     return [str(p) for p in partial] if isinstance(partial, list) else []
 
 
+SEALED = ("matrix.jsonl", CASES, "rewrites.json", "frontier.json")
+"""The files of a table that the answers read, each hashed into its ``environment.json`` (``files``) by the report
+that wrote them: a table cut, changed, or put together from two reports is refused (:func:`check_table`)."""
+
+TEXT_LIMIT = 16 << 20
+"""The most bytes a text the answers read whole may hold (a README, an ``environment.json``): 16 MiB, far over any
+the report writes; ``/dev/zero`` given as one is refused, not read until memory runs out."""
+
+
+def read_text(path: str | Path, what: str, limit: int = TEXT_LIMIT) -> str:
+    """A regular file's UTF-8 text, at most ``limit`` bytes.
+
+    Raises:
+        HarnessError: one line naming ``path``: missing, not a regular file (a folder, a device), too large, not
+            UTF-8, unreadable.
+    """
+    p = Path(path)
+    try:
+        if not p.is_file():
+            kind = "no such file" if not p.exists() else "not a regular file (a folder, a device or a pipe)"
+            raise HarnessError(f"{p}: {kind}; give {what}")
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise HarnessError(f"{p}: cannot be read ({exc.strerror or exc}); give {what}") from None
+    if len(data) > limit:
+        raise HarnessError(f"{p}: larger than {limit >> 20} MiB, so not {what}; give {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HarnessError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); give {what}") from None
+
+
+def check_table(table: str | Path, *, sealed: bool = False) -> dict[str, Any]:
+    """Refuse a published table that is not whole: each file its report hashed (:data:`SEALED`) must be the one it
+    wrote. A folder a report wrote (``cases.json`` beside ``matrix.jsonl``) must have its ``environment.json``; a bare
+    ``matrix.jsonl`` or a shard has none to check against, and a table from before the files were hashed is taken as
+    it is, unless ``sealed`` (the project's own README is written only from a table that proves it is whole).
+    Returns the table's ``environment.json`` ({} where it has none).
+
+    Raises:
+        HarnessError: one line naming the file that is missing, damaged, cut or changed, and the fix.
+    """
+    p = table_path(table)
+    env_path = p.with_name("environment.json")
+    again = "republish it with `nox -s matrix` (or give a table as `nox -s report` wrote it)"
+    if not env_path.exists():
+        if sealed or p.with_name(CASES).exists():
+            raise HarnessError(f"{env_path}: missing, so {p} cannot be checked to be whole; {again}")
+        return {}
+    try:
+        env = json.loads(read_text(env_path, "a results folder's environment.json"))
+    except ValueError as exc:
+        raise HarnessError(f"{env_path}: not JSON ({exc}); {again}") from None
+    if not isinstance(env, dict):
+        raise HarnessError(f"{env_path}: not a JSON object; {again}")
+    files = env.get("files")
+    if files is None and not sealed:
+        return env
+    if not isinstance(files, dict) or "matrix.jsonl" not in files:
+        raise HarnessError(f"{env_path}: records no hash of the table's files (a report from before they were); {again}")
+    for name, sha in sorted(files.items()):
+        f = p.with_name(str(name))
+        if "/" in str(name) or _sha_of(f) != sha:
+            raise HarnessError(
+                f"{f}: not the file its report wrote (its SHA-256 is not the one {env_path.name} records: missing, cut, "
+                f"changed, or from another report); {again}"
+            )
+    return env
+
+
+def _sha_of(path: Path) -> str | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _sha(str(path.resolve()), stat.st_mtime_ns, stat.st_size) if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=32)
+def _sha(path: str, mtime_ns: int, size: int) -> str | None:
+    del mtime_ns, size  # the key: another version of the file is hashed again
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+RELEASE = re.compile(r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)")
+"""A torch release as the torch table names one: ``2.7.1`` (no leading zero, no build tag, no path)."""
+
+
+def is_release(text: str) -> bool:
+    """Whether ``text`` is a torch release (:data:`RELEASE`): ``2.7.1``, not ``02.07.01``, ``2.7.1+cpu`` or ``..``."""
+    return RELEASE.fullmatch(text) is not None
+
+
+def foreign_table(environment: Mapping[str, Any], release: str, profile: str) -> str | None:
+    """Why a table placed as torch ``release``'s table of ``profile`` is another one (its ``environment.json`` says
+    another profile, or another torch), or None where it is that table."""
+    said = exported_with(environment).get("torch", "")
+    if environment.get("profile") != profile or said.split("+", 1)[0] != release:
+        return (
+            f"not torch {release}'s table of profile {profile!r}: it says profile {environment.get('profile', '?')!r}, "
+            f"exported with torch {said or '?'}"
+        )
+    return None
+
+
 def table_path(path: str | Path) -> Path:
     """``results/`` or ``results/matrix.jsonl`` → the jsonl file (which must exist)."""
     p = Path(path)
@@ -389,10 +504,11 @@ def read_cases(path: str | Path) -> dict[str, dict[str, str]]:
     if not p.is_file():
         return {}
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise HarnessError(f"{p}: not JSON ({exc}); regenerate it with `nox -s report`") from None
-    return {str(k): dict(v) for k, v in data.items()}
+        data = json.loads(read_text(p, "the cases.json a report wrote"))
+        return {str(k): dict(v) for k, v in data.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        said = f"{type(exc).__name__}: {first_line(str(exc))}"
+        raise HarnessError(f"{p}: damaged ({said}); regenerate it with `nox -s report`") from None
 
 
 def runtime_key(pin: str) -> tuple[Any, ...]:

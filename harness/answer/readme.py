@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,7 @@ def _reason(reason: str) -> str:
 
 def block(results: Path) -> str:
     """What goes between :data:`BEGIN` and :data:`END`, from the table published in ``results``."""
-    table = safe_table((results / "README.md").read_text(encoding="utf-8"))
+    table = safe_table(published.read_text(results / "README.md", "the README.md a report wrote"))
     said = published.built_said(published.measured_with(results / "matrix.jsonl"))
     asked = ask.axes_said(published.read_axes(results)[1])
     head = [
@@ -121,9 +123,19 @@ def block(results: Path) -> str:
 
 
 def current(readme: str) -> str:
-    """The block the README holds now."""
+    """The block the README holds now.
+
+    Raises:
+        HarnessError: the README has no block, or more than one marker of a kind, or the end before the beginning:
+            which block is the answer cannot be told.
+    """
     if BEGIN not in readme or END not in readme:
         raise HarnessError(f"README.md has no {BEGIN} … {END} block; put the two markers where the answer goes")
+    if readme.count(BEGIN) != 1 or readme.count(END) != 1 or readme.index(BEGIN) > readme.index(END):
+        raise HarnessError(
+            f"README.md holds {BEGIN} {readme.count(BEGIN)} time(s) and {END} {readme.count(END)} time(s): which block is "
+            "the answer cannot be told; keep one pair, the beginning first"
+        )
     return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
@@ -133,6 +145,7 @@ _FACT = re.compile(r"<!-- fact:(?P<name>[\w-]+) -->(?P<text>.*?)<!-- /fact -->",
 
 
 def _cards(results: Path) -> dict[str, dict[str, str]]:
+    published.check_table(results, sealed=True)
     return published.read_cases(results / "matrix.jsonl")
 
 
@@ -154,6 +167,7 @@ def _architecture_cases(root: Path) -> str:
 
 
 def _rows(table: Path) -> list[dict[str, Any]]:
+    published.check_table(table, sealed=True)
     with open(table, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -180,6 +194,7 @@ def _scaled_floor(root: Path) -> str:
 
 
 def _frontier(root: Path) -> str:
+    published.check_table(root / "results", sealed=True)
     loads = published.read_frontier(root / "results" / "matrix.jsonl")
     first = next(iter(loads.values()), {})
     irs, opsets = first.get("irs") or [0], first.get("opsets") or [0]
@@ -188,8 +203,7 @@ def _frontier(root: Path) -> str:
 
 
 def _openvino(root: Path) -> str:
-    folder = root / "results" / "openvino"
-    env = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
+    env = published.check_table(root / "results" / "openvino", sealed=True)
     date = str(env.get("generated", "?")).split(" ")[0]
     return f"the table published on {date}: both releases, {int(env.get('cells', 0)):,} cells"
 
@@ -215,15 +229,25 @@ def _pages(root: Path) -> list[Path]:
 
 def facts(root: Path, *, write: bool = True) -> list[str]:
     """Each marked fact of the README and docs/ that is not what the published tables give (``page: name``); with
-    ``write``, rewritten. A fact whose table is missing or damaged is refused in one line.
+    ``write``, rewritten (each page whole, after every fact is known). A fact whose table is missing or damaged is
+    refused in one line.
 
     Raises:
         HarnessError: a page names a fact :data:`FACTS` does not know, or its table cannot be read.
     """
+    stale, pages = _facts(root)
+    if write:
+        replace(pages)
+    return stale
+
+
+def _facts(root: Path) -> tuple[list[str], dict[Path, str]]:
+    """The stale facts (``page: name``) and each page that holds one, as it must read."""
     stale: list[str] = []
     cache: dict[str, str] = {}
+    pages: dict[Path, str] = {}
     for page in _pages(root):
-        text = page.read_text(encoding="utf-8")
+        text = published.read_text(page, "a Markdown page of the project")
 
         def value(m: re.Match[str], page: Path = page) -> str:
             name = m["name"]
@@ -239,9 +263,35 @@ def facts(root: Path, *, write: bool = True) -> list[str]:
             return f"<!-- fact:{name} -->{cache[name]}<!-- /fact -->"
 
         new = _FACT.sub(value, text)
-        if write and new != text:
-            page.write_text(new, encoding="utf-8")
-    return stale
+        if new != text:
+            pages[page] = new
+    return stale, pages
+
+
+def replace(pages: Mapping[Path, str]) -> None:
+    """Each page's new text, written whole beside it and renamed over it: a reader (and a kill, a full disk, a file-size
+    limit) sees each page as it was or as it is now, never cut; where one cannot be written, none is.
+
+    Raises:
+        HarnessError: a page cannot be written (the pages are left as they were).
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for page, text in pages.items():
+            target = page.resolve()
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            staged.append((tmp, target))
+            tmp.write_text(text, encoding="utf-8")
+            shutil.copymode(target, tmp)
+    except OSError as exc:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise HarnessError(
+            f"{exc.filename or 'README.md'}: cannot be written ({exc.strerror or exc}); the README and docs are left as "
+            "they were: free some space or fix the permissions, then run `harness readme` again"
+        ) from None
+    for tmp, target in staged:
+        os.replace(tmp, target)
 
 
 def named(root: Path) -> Sequence[str]:
@@ -251,16 +301,30 @@ def named(root: Path) -> Sequence[str]:
 
 def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
     """Whether the README's block, or a fact of the README or docs/, is not what ``results`` gives; with ``write``,
-    rewrite them then (nothing is written when they are). Facts are refreshed where ``results`` is the project's own
-    published table (the README beside it)."""
-    text = readme_path.read_text(encoding="utf-8")
+    rewrite them then (nothing is written when they are; where one is, each page is written whole: :func:`replace`).
+    Facts are refreshed where ``results`` is the project's own published table (the README beside it).
+
+    Raises:
+        HarnessError: ``results`` is not a whole published table (:func:`harness.answer.published.check_table`: cut,
+            damaged, of two reports), the README cannot be read or holds no single block, or a page cannot be written:
+            whether the README is stale cannot be told, and nothing is written.
+    """
+    if not results.is_dir():
+        raise HarnessError(f"--results {results}: not a folder; give the published results folder (default: results)")
+    published.check_table(results, sealed=True)
+    if partial := published.read_partial(results / "matrix.jsonl"):
+        raise HarnessError(
+            f"{results} is a PARTIAL table ({len(partial)} shard(s) were not whole: {partial[0]}): the README states a "
+            "whole one; run `nox -s matrix` (it runs what is missing), then `harness readme`"
+        )
+    text = published.read_text(readme_path, "the project's README.md, which holds the answer block")
+    current(text)
     new = block(results)
     root = readme_path.resolve().parent
-    stale_facts = facts(root, write=write) if results.resolve() == (root / "results").resolve() else []
-    if current(text) == new:
-        return bool(stale_facts)
-    if not write:
-        return True
-    head, rest = text.split(BEGIN, 1)
-    readme_path.write_text(f"{head}{BEGIN}\n{new}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
-    return True
+    _, pages = _facts(root) if results.resolve() == (root / "results").resolve() else ([], {})
+    if current(text) != new:
+        head, rest = pages.get(readme_path.resolve(), text).split(BEGIN, 1)
+        pages[readme_path.resolve()] = f"{head}{BEGIN}\n{new}\n{END}{rest.split(END, 1)[1]}"
+    if write:
+        replace(pages)
+    return bool(pages)

@@ -104,25 +104,31 @@ def _read_json(path: Path) -> dict[str, Any]:
 class Release:
     """One release's published table, as far as it is there."""
 
-    def __init__(self, release: str, folder: Path, default: bool = False) -> None:
+    def __init__(self, release: str, folder: Path, default: bool = False, profile: str = "torch") -> None:
         self.release, self.folder = release, folder
         self.default = default
         """The default table (the torch ``[export]`` pins): measured at every opset and runtime of the default profile."""
         self.problem: str | None = None
         self.cells: list[CellRecord] = []
-        # (case, exporter, opset asked) → opset written, where the release answered a request with another opset
-        # and the table kept that export in the written opset's row only (torch 2.5's dynamo writes 18 for 20).
-        self.rewrites = published.read_rewrites(folder / "matrix.jsonl")
-        self.environment = _read_json(folder / "environment.json")
+        self.rewrites: dict[tuple[str, str, int], int] = {}
+        self.environment: dict[str, Any] = {}
+        run = "nox -s matrix" if default else f"nox -s matrix -- --profile {profile}"
         if not (folder / "matrix.jsonl").is_file():
-            run = "nox -s matrix" if default else "nox -s matrix -- --profile torch"
             self.problem = f"not measured: no table (run `{run}`)"
             return
         try:
-            self.cells = published.read_cells(folder)
+            self.environment = published.check_table(folder, sealed=True)
+            if (foreign := published.foreign_table(self.environment, release, "default" if default else profile)) is not None:
+                self.environment = {}
+                raise HarnessError(f"{folder / 'environment.json'}: {foreign}; republish it with `{run}`")
+            with published.reading(folder / "matrix.jsonl"):
+                self.cells = published.read_cells(folder)
+            # (case, exporter, opset asked) → opset written, where the release answered a request with another opset
+            # and the table kept that export in the written opset's row only (torch 2.5's dynamo writes 18 for 20).
+            self.rewrites = published.read_rewrites(folder / "matrix.jsonl")
             partial = published.read_partial(folder)
         except HarnessError as exc:
-            self.problem = f"unreadable: {exc}"
+            self.problem, self.cells = f"unreadable: {exc}", []
             return
         if partial:
             self.problem = f"PARTIAL: {len(partial)} shard(s) were not whole ({partial[0]})"
@@ -247,15 +253,23 @@ def written(r: Release) -> dict[str, str]:
 # Writing ---------------------------------------------------------------------------------------------------
 
 
-def write(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
-    """Write ``README.md``, ``index.html`` and ``torch.json`` into ``results`` from the release tables in it."""
+def compose(matrix: Matrix, profile: Profile, results: Path) -> dict[str, str]:
+    """The table across releases, from the release tables in ``results``: ``README.md``, ``index.html`` and
+    ``torch.json`` by name, for :mod:`harness.publish.torch_report` to publish as one.
+
+    Raises:
+        HarnessError: the profile lists no torch releases, or no release has a readable table.
+    """
     if not profile.torch:
         raise HarnessError(f"profile {profile.name!r} lists no torch releases; `harness torch-report` reads a profile that does")
     tables = folders(matrix, profile, results)
     default = default_table(matrix)
-    releases = [Release(r, folder, default=folder == default) for r, folder in tables.items()]
+    releases = [Release(r, folder, default=folder == default, profile=profile.name) for r, folder in tables.items()]
     if all(r.problem is not None and not r.cells for r in releases):
-        raise HarnessError(f"{results}: no torch release has a table yet; run `nox -s matrix -- --profile {profile.name}`")
+        raise HarnessError(
+            f"{results}: no torch release has a whole table ({releases[0].release}: {releases[0].problem}); "
+            f"run `nox -s matrix -- --profile {profile.name}`"
+        )
     facts = {
         "releases": [_release_facts(r, results) for r in releases],
         "answers": {r.release: _answer(r, profile) for r in releases},
@@ -263,15 +277,13 @@ def write(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
         "fallbacks": fallbacks(releases),
     }
     markdown = render(profile, releases, facts)
-    (results / "README.md").write_text(markdown, encoding="utf-8")
-    (results / "index.html").write_text(_page(markdown), encoding="utf-8")
+    files = {"README.md": markdown, "index.html": _page(markdown)}
     summary = {
         **facts,
         "inputs": _inputs(matrix, profile, results),
-        "outputs": {n: _sha(results / n) for n in ("README.md", "index.html")},
+        "outputs": {n: hashlib.sha256(text.encode("utf-8")).hexdigest() for n, text in files.items()},
     }
-    (results / SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return summary
+    return {**files, SUMMARY: json.dumps(summary, indent=1, sort_keys=True) + "\n"}
 
 
 def _release_facts(r: Release, results: Path) -> dict[str, Any]:

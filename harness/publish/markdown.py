@@ -1,5 +1,7 @@
-"""The Markdown of the published table: ``results/README.md`` (:func:`readme`) and each case's page,
-``results/cases/<case>.md`` (:func:`case_pages`).
+"""The Markdown of the published table: ``results/README.md`` (:func:`readme`), each case's page,
+``results/cases/<case>.md`` (:func:`case_pages`), and what each run measures again, ``results/timing.md``
+(:func:`timing_page`: export seconds and latency, kept out of the case pages so that a page changes only with
+what it says).
 
 Every string from a model, a card, a probe or an error goes in as text, never as markup (:func:`_md_escape`,
 :func:`_md_code`). Needs pandas and tabulate (the report environment).
@@ -30,6 +32,7 @@ _CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.cases.corpus regi
 
 
 CASE_PAGES = "cases"  # results/cases/<case>.md: one page per case, linked from README.md
+TIMING = "timing.md"  # results/timing.md: every case's export seconds and latency, a section each, linked from its page
 
 
 LEGEND = {
@@ -726,7 +729,8 @@ def _case_section(
     columns: list[str],
     verdicts: list[str],
 ) -> list[str]:
-    """A case's page: its card, its claims, its row across runtimes, its export facts, its failing cells, its latency."""
+    """A case's page: its card, its claims, its row across runtimes, its export facts, its failing cells, and a link
+    to its timing (:func:`timing_page`)."""
     title = exports[0].card.get("title")
     heading = f"# {case}" + (f": {_md_escape(title)}" if title else "")
     lines = [heading, "", "[← the table](../README.md) · [the page](../index.html)", ""]
@@ -739,7 +743,7 @@ def _case_section(
     notes = df[df["note"] != ""]
     if not notes.empty:
         lines += [f"Note: {_md_escape(notes['note'].iloc[0])}.", ""]
-    return lines + _latency_lines(df, columns)
+    return [*lines, f"Export seconds and latency: [{TIMING}](../{TIMING}#{case}).", ""]
 
 
 def _card_lines(card: Mapping[str, str]) -> list[str]:
@@ -783,10 +787,9 @@ def _export_lines(exports: list[ExportRecord]) -> list[str]:
                 g.get("nodes", ""),
                 g.get("constants", ""),
                 g.get("initializers", ""),
-                f"{r.seconds:.2f}",
             ]
         )
-    headers = ["exporter", "opset", "export", "asked", "IR", "checker", "warnings", "nodes", "Constant", "init", "s"]
+    headers = ["exporter", "opset", "export", "asked", "IR", "checker", "warnings", "nodes", "Constant", "init"]
     lines = [tabulate(rows, headers=headers, tablefmt="github"), ""]
     torch_failed = {p: e for r in exports for p, e in r.probe_errors.items()}
     for probe, error in sorted(torch_failed.items()):
@@ -851,19 +854,48 @@ def _column_text(column: schema.Column, value: Any) -> str:
     return _md_escape(str(value)[: column.cut])
 
 
-def _latency_lines(df: pd.DataFrame, columns: list[str]) -> list[str]:
-    """The example probe's median latency per exporter × opset × column."""
-    lat = df.dropna(subset=["median_ms"])
-    if lat.empty:
-        return []
-    wide = lat.pivot_table(index=["exporter", "opset"], columns="column", values="median_ms", aggfunc="first")
-    wide = wide.reindex(columns=[c for c in columns if c in wide.columns])
-    rows = [[e, o, *(f"{v * 1e3:.0f}" if pd.notna(v) else "" for v in vals)] for (e, o), vals in wide.iterrows()]
-    on_device = (lat["copies"] == "device").any()
-    device = "; GPU columns with inputs and outputs on the device, copies excluded" if on_device else ""
-    return [
-        f"Latency of the example probe, median µs (serial, 1 thread{device}):",
+def timing_page(df: pd.DataFrame, exports: list[ExportRecord]) -> str:
+    """``results/timing.md``: per case, in the corpus's order, a section (anchored by the case's name, which
+    :data:`_CASE_NAME` keeps a plain GitHub anchor) with its export seconds and latency per exporter × opset.
+    Each run measures them again: they are here, not on the case pages, so that a republish whose verdicts
+    did not move rewrites this file alone. Its tables are unpadded, to stay within what GitHub renders."""
+    columns = runtime_order(df["column"])
+    by_case: dict[str, list[ExportRecord]] = {}
+    for r in exports:
+        by_case.setdefault(r.case, []).append(r)
+    timed = df.dropna(subset=["median_ms"])
+    device = "; GPU columns with inputs and outputs on the device, copies excluded" if (timed["copies"] == "device").any() else ""
+    lines = [
+        "# Timing",
         "",
-        tabulate(rows, headers=["exporter", "opset", *wide.columns], tablefmt="github"),
+        "[← the table](README.md)",
+        "",
+        "Per case, each export's seconds (*export s*) and the example probe's median latency per runtime column, in µs "
+        f"(serial, 1 thread{device}). Every run measures them again; the case pages link here.",
         "",
     ]
+    latency = {case: g for case, g in timed.groupby("case", sort=False)}
+    for case, recs in by_case.items():
+        lines += [f"## {case}", "", f"[{case}]({CASE_PAGES}/{case}.md)", "", *_timing_lines(recs, latency.get(case), columns)]
+    return "\n".join(lines)
+
+
+def _timing_lines(exports: list[ExportRecord], timed: pd.DataFrame | None, columns: list[str]) -> list[str]:
+    """One case's table: per exporter × opset its export seconds and the example probe's median latency per column."""
+    seconds = {(r.exporter, r.opset): f"{r.seconds:.2f}" for r in exports}
+    latency: dict[tuple[str, int], dict[str, str]] = {}
+    for row in () if timed is None else timed.itertuples(index=False):
+        latency.setdefault((row.exporter, int(row.opset)), {}).setdefault(row.column, f"{row.median_ms * 1e3:.0f}")
+    shown = [c for c in columns if any(c in v for v in latency.values())]
+    rows = [
+        [e, str(o), seconds.get((e, o), ""), *(latency.get((e, o), {}).get(c, "") for c in shown)]
+        for e, o in sorted({*seconds, *latency})
+    ]
+    return [*_unpadded(["exporter", "opset", "export s", *shown], rows, left=1), ""]
+
+
+def _unpadded(headers: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """A GitHub table without the padding that lines its columns up in the source (the first ``left`` columns
+    aligned left, the others right): the same table rendered, in about half the bytes."""
+    rule = ["---"] * left + ["--:"] * (len(headers) - left)
+    return [f"| {' | '.join(cells)} |" for cells in (headers, rule, *rows)]

@@ -14,7 +14,14 @@ Writes:
 - ``results/README.md``: the newest safe opset per runtime, the legend, a
   summary per runtime × exporter × opset, the plots and the trend, and per
   case its card, its row across runtimes and providers, export facts,
-  failing cells with their first error line and reproducer, and latency.
+  failing cells with their first error line and reproducer;
+- ``results/timing.md``: what is measured anew each run (export seconds,
+  latency), apart, so that a republish that moves no verdict leaves every
+  case page and reproducer as it was.
+
+The table is published as one unit (:func:`harness.publish.staged.publishing`),
+and ``environment.json`` records the SHA-256 of each file the answers read
+(:data:`harness.answer.published.SEALED`).
 
 Needs pandas and tabulate (the report environment), never torch or a runtime.
 """
@@ -46,7 +53,7 @@ from harness.answer.published import (
     why,
     worst,
 )
-from harness.build import cache, frontier, layout, lock, stamps
+from harness.build import cache, frontier, layout, stamps
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
@@ -56,7 +63,7 @@ from harness.publish import gpu_outputs as gpuref
 from harness.publish import history, markdown, page, plots
 from harness.publish.markdown import LEGEND
 from harness.publish.repro import FAILING, write_repros
-from harness.publish.staged import Publication, recover
+from harness.publish.staged import Publication, publishing
 
 __all__ = ["LEGEND", "build", "gather", "your_models"]
 
@@ -79,9 +86,12 @@ def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[
     cells: list[CellRecord] = []
     found: list[str] = []
     for rt, provider in profile.shards():
-        sound, problem = layout.check(layout.shard_path(out, rt, provider), rt.pin, provider, exports)
-        if problem:
-            found.append(problem)
+        shard = layout.shard_path(out, rt, provider)
+        sound, problem = layout.check(shard, rt.pin, provider, exports)
+        if problem:  # what --partial may publish of it: the cells its seal vouches for, of this export's files
+            sound = _vouched(shard, exports)
+            kept = f"{len(sound)} of its cells published, those its seal vouches for" if sound else "none of its cells published"
+            found.append(f"{problem} ({kept})")
         cells.extend(c for c in sound.values() if c.runtime_wide or (c.case, c.exporter, c.opset) in wanted)
     if found and not partial:
         raise HarnessError(
@@ -91,10 +101,49 @@ def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[
         )
     if not cells:
         raise HarnessError(f"{out / 'shards'}: no shards for profile {profile.name!r}; run the `run` sessions first")
+    if unmeasured := _frontier_missing(out, profile):  # what each runtime loads: published whole, or said missing
+        if not partial:
+            raise HarnessError(
+                f"report: not publishing profile {profile.name!r}: {unmeasured[0]}"
+                + (f" (and {len(unmeasured) - 1} more)" if len(unmeasured) > 1 else "")
+                + "; rerun `nox -s matrix` (it measures it again), or add --partial to publish without it, labelled partial"
+            )
+        found.extend(unmeasured)
     rows, left_out = gpuref.read(out, exports)  # torch on the GPU, for the mismatches of NVIDIA columns
     if left_out:
         print(f"report: second reference {left_out}", file=sys.stderr)
     return gpuref.join(cells, rows), exports, found
+
+
+def _frontier_missing(out: Path, profile: Profile) -> list[str]:
+    """Each runtime of the profile whose measured frontier (what it loads, which explains its refusals at load and
+    makes its answers say "measured") is missing or not measured on this export's frontier models, one line each."""
+    if frontier.index_digest(out) is None:
+        return [f"the frontier models are missing ({frontier.models_dir(out)}), so no runtime's frontier is measured"]
+    lines = []
+    for rt in profile.runtimes:
+        if rt.kind.frontier and rt.pin not in frontier.read(out, [(rt.id, rt.pin)]):
+            why = frontier.why_stale(out, rt.id) or "its frontier is not measured"
+            lines.append(f"{rt.pin}: {why} ({frontier.result_path(out, rt.id)})")
+    return lines
+
+
+def _vouched(shard: Path, exports: Sequence[ExportRecord]) -> dict[str, CellRecord]:
+    """The cells of a shard that is not whole which its seal vouches for (a sealed shard's bytes as sealed, an open
+    one's up to its run's last checkpoint: :func:`harness.build.layout.resume`), each of this export's files: none
+    from a shard whose bytes are not the ones its seal describes (a forged line, even with its checksum redone)."""
+    cells, _, problem = layout.resume(shard)
+    if problem is not None:
+        return {}
+    made = {(r.case, r.exporter, r.opset): r for r in exports}
+    return {
+        key: c for key, c in cells.items()
+        if c.runtime_wide
+        or (
+            (r := made.get((c.case, c.exporter, c.opset))) is not None
+            and c.inputs == r.digest and c.sha256 == r.sha256 and (r.ok or c.error_line == r.error_line)
+        )
+    }  # fmt: skip
 
 
 def build(
@@ -119,44 +168,15 @@ def build(
         HarnessError: the shards are not whole (without ``partial``), an artifact changed, ``results`` is
             not a results folder (:func:`harness.answer.published.kept`), or it cannot be written.
     """
-    try:
-        for line in recover(results):  # what a report killed while publishing left
-            print(line, file=sys.stderr)
-    except OSError as exc:
-        raise HarnessError(
-            f"report: {results} is missing and the previous report beside it cannot be put back ({exc.strerror or exc}): "
-            "fix the folder's permissions, then run the report again"
-        ) from None
-    keep = published.kept(results)
-    cells, exports, problems = gather(out, profile, partial=partial)
-    if changed := layout.damaged(out, exports):
-        art_id, what = next(iter(sorted(changed.items())))
-        raise HarnessError(
-            f"report: not publishing profile {profile.name!r}: {len(changed)} artifact(s) changed since the export wrote "
-            f"them ({art_id}: {what}); run `nox -s matrix` (it exports them again and runs their cells)"
-        )
-    stage: Publication | None = None
-    try:
-        stage = Publication(results, keep)
+    with publishing(results, "report") as stage:
+        cells, exports, problems = gather(out, profile, partial=partial)
+        if changed := layout.damaged(out, exports):
+            art_id, what = next(iter(sorted(changed.items())))
+            raise HarnessError(
+                f"report: not publishing profile {profile.name!r}: {len(changed)} artifact(s) changed since the export "
+                f"wrote them ({art_id}: {what}); run `nox -s matrix` (it exports them again and runs their cells)"
+            )
         summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
-        with contextlib.ExitStack() as held:  # the profiles published inside it keep still while they are carried over
-            for name in keep:
-                if (results / name).is_dir():
-                    held.enter_context(lock.acquire(results / name, lock.command_line()))
-            if note := stage.commit():
-                print(note, file=sys.stderr)
-    except OSError as exc:
-        if stage is not None:
-            stage.abort()
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise HarnessError(
-            f"report: cannot write {results}: {exc.strerror or exc}{where}; the previous report is left as it was: "
-            "free some space or fix the folder's permissions, then run the report again"
-        ) from None
-    except BaseException:  # a refusal, Ctrl-C, a bug: the published folder was never touched
-        if stage is not None:
-            stage.abort()
-        raise
     try:
         stamps.write_report_stamp(out, profile, results, builtin)
     except OSError as exc:
@@ -195,7 +215,6 @@ def _build(
     runs = [p for p in (out / layout.MANIFEST, *(layout.shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     manifest = json.loads((out / layout.MANIFEST).read_text())
     environment = _environment(out, results, raw, profile, manifest, runs, wall, len(cells), len(repros), problems)
-    stage.write_text(results / "environment.json", json.dumps(environment, indent=1, sort_keys=True) + "\n")
 
     df = pd.DataFrame([schema.row(c, ctx) for c in cells])
     providers = df["provider"].nunique()
@@ -209,7 +228,12 @@ def _build(
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
     cols = recommend.columns(cells, loads, rewritten)
     safe = [recommend.combine(col, names, chosen.said) for col in cols]  # the one answer, for the safe models
-    stage.write_text(results / frontier.PUBLISHED, json.dumps(loads, indent=1, sort_keys=True) + "\n")
+    # What each runtime loads, without the seconds its measure took: a republish that moved no verdict leaves it as it was.
+    timeless = {pin: {k: v for k, v in r.items() if k != "seconds"} for pin, r in loads.items()}
+    stage.write_text(results / frontier.PUBLISHED, json.dumps(timeless, indent=1, sort_keys=True) + "\n")
+    # The files the answers read, each hashed: a table cut or put together from two reports is refused, not answered.
+    sealed = {"files": {name: stage.sha256(results / name) for name in published.SEALED}}
+    stage.write_text(results / "environment.json", json.dumps({**environment, **sealed}, indent=1, sort_keys=True) + "\n")
     beside, tables = published_beside(results), tables_beside(results)
     if (releases := published.torch_beside(results)) is not None:  # the table across torch releases, linked
         tables = [*tables, {"folder": releases["folder"], "profile": "torch", "releases": releases["releases"]}]
@@ -244,6 +268,7 @@ def _build(
         ship=ship, rewrites=rewrites,
     )  # fmt: skip
     _write_case_pages(stage, results, pages)
+    stage.write_text(results / markdown.TIMING, markdown.timing_page(df, exports))
     return _summary_line(cells, exports, counts, results, cards, builtin, providers, manifest, problems, alone)
 
 

@@ -26,9 +26,11 @@ import errno
 import hashlib
 import os
 import shutil
-from collections.abc import Collection
+import sys
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
+from harness.build import lock
 from harness.build.lock import NAME, STAGE
 from harness.core.errors import HarnessError
 
@@ -55,7 +57,15 @@ def recover(folder: Path) -> list[str]:
         _put_back(previous.pop(), folder)
         said.append(f"{folder}: put back the previous report, which a publication killed part-way had moved aside")
     for leftover in [*previous, *folder.parent.glob(_beside(folder, PUBLISHING).name)]:
-        shutil.rmtree(leftover, ignore_errors=True)
+        try:
+            shutil.rmtree(leftover)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # an immutable file, a folder of another owner: it stays, and each writer says so
+            said.append(
+                f"{leftover}: left by an earlier publication and not published, but it cannot be removed "
+                f"({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}); remove it by hand"
+            )
     return said
 
 
@@ -96,6 +106,54 @@ def exchange(a: Path, b: Path) -> bool:
     if err in _CANNOT_EXCHANGE:
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+@contextlib.contextmanager
+def publishing(folder: Path, command: str) -> Iterator[Publication]:
+    """The one way a folder of published files is written (``report``, ``torch-report``): the folder's leftovers
+    of a killed publication undone (:func:`recover`), the folder checked to be a results folder
+    (:func:`harness.answer.published.kept`: nothing else in it is replaced), a :class:`Publication` yielded to write
+    into, then swapped in at once, the folders of profiles published inside it held still while they are carried
+    over. Whatever stops the body or the swap (a refusal, a full disk, Ctrl-C) leaves the published folder as it
+    was. Call it holding the folder's lock.
+
+    Raises:
+        HarnessError: ``folder`` is not a results folder, or cannot be written (one line, with the fix); whatever
+            the body raises, unchanged.
+    """
+    from harness.answer import published  # the one rule of what a results folder holds
+
+    try:
+        for line in recover(folder):  # what a publication killed part-way left
+            print(line, file=sys.stderr)
+    except OSError as exc:
+        raise HarnessError(
+            f"{command}: {folder} is missing and the previous report beside it cannot be put back "
+            f"({exc.strerror or exc}): fix the folder's permissions, then run it again"
+        ) from None
+    keep = published.kept(folder)
+    stage: Publication | None = None
+    try:
+        stage = Publication(folder, keep)
+        yield stage
+        with contextlib.ExitStack() as held:  # the profiles published inside it keep still while they are carried over
+            for name in keep:
+                if (folder / name).is_dir():
+                    held.enter_context(lock.acquire(folder / name, lock.command_line()))
+            if note := stage.commit():
+                print(note.replace("report:", f"{command}:", 1), file=sys.stderr)
+    except OSError as exc:
+        if stage is not None:
+            stage.abort()
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise HarnessError(
+            f"{command}: cannot write {folder}: {exc.strerror or exc}{where}; the previous report is left as it was: "
+            "free some space or fix the folder's permissions, then run it again"
+        ) from None
+    except BaseException:  # a refusal, Ctrl-C, a bug: the published folder was never touched
+        if stage is not None:
+            stage.abort()
+        raise
 
 
 def changed_since_export(path: Path) -> HarnessError:
@@ -146,6 +204,14 @@ class Publication:
         with open(at, "wb") as f:
             f.truncate(size)
 
+    def sha256(self, path: Path) -> str:
+        """The SHA-256 of a file of the new report, as written."""
+        h = hashlib.sha256()
+        with open(self._at(path), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
     def copy(self, path: Path, src: Path, sha256: str | None) -> None:
         """A copy of ``src`` (never a link: the published file is its own), checked against ``sha256`` as
         it is read: what is published is what was recorded, whatever ``src`` holds a moment later.
@@ -166,7 +232,7 @@ class Publication:
     def commit(self) -> str | None:
         """Carry over what the report keeps, then put the new folder in the published one's place at once.
         Returns a line to show when the previous folder could not be removed afterwards (it is published
-        no more; the next writer removes it), else None.
+        no more; each next writer tries again and says so while it stays), else None.
 
         Raises:
             OSError: the swap was refused; the published folder is as it was.
@@ -191,7 +257,8 @@ class Publication:
         except OSError as exc:
             return (
                 f"report: published {self.target}; the previous report, moved to {self.staging}, could not be removed "
-                f"({exc.strerror or exc}): the next report removes it"
+                f"({exc.strerror or exc}): it is published no more; remove it by hand (`rm -rf {self.staging}`, after "
+                "`chattr -i` where a file is immutable)"
             )
         return None
 

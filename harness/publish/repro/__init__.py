@@ -4,7 +4,7 @@ For every artifact (case × exporter × opset) with at least one failing cell
 (``mismatch``, ``run-fail``, ``load-fail``, ``crash``, ``timeout``),
 :func:`write_repros` writes ``results/repro/<artifact id>/``::
 
-    model.onnx                    the exported model, as the runtimes ran it
+    model.onnx                    the exported model, as the runtimes ran it (stack-trace paths made relative)
     test_data_set_<k>/            one per probe, "example" first (the ONNX backend test-data layout)
         input_<i>.pb              onnx.TensorProto of each graph input the probe feeds, ``name`` = graph input name
         output_<i>.pb             torch's expected output i, ``name`` = graph output name
@@ -17,7 +17,8 @@ For every artifact (case × exporter × opset) with at least one failing cell
 it like the rest of the package); it decodes the TensorProtos that :mod:`~harness.publish.repro._tensor`
 encodes by hand, so it needs nothing but onnxruntime and numpy. The folders are made of
 :mod:`~harness.publish.repro._files` and :mod:`~harness.publish.repro._readme` and staged by
-:mod:`~harness.publish.repro._write`.
+:mod:`~harness.publish.repro._write`; :mod:`~harness.publish.repro._portable` makes the paths of the checkout that
+exported a model (in its nodes' stack traces) relative, so the published bytes do not depend on where it lives.
 
 Everything written is a function of the inputs (no time stamps, sorted listings), so rerunning the report
 leaves ``git diff`` empty.

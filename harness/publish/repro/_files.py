@@ -14,6 +14,7 @@ from harness.build import cache, layout
 from harness.config import runtimes
 from harness.core.onnxfile import strip_weights
 from harness.core.records import ExportRecord
+from harness.publish.repro._portable import portable
 from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import changed_since_export
 
@@ -88,17 +89,32 @@ def recorded(path: Path, sha256: str | None) -> bytes:
 
 
 def model_files(src: Path, rec: ExportRecord, weightless: bool) -> dict[str, tuple[Path, str | None] | bytes | int]:
-    """The model files of a reproducer folder: the artifact's own (``model.onnx`` and any ``model.onnx.data``),
-    to be copied with the hash the export recorded; or, where only loading failed, ``model.onnx`` (checked)
-    with its floating weights pointing into :data:`ZEROS` (bytes) and the zeros' size (an int: a sparse file)."""
+    """The model files of a reproducer folder: the artifact's ``model.onnx`` (checked against the hash the export
+    recorded, its stack traces made :func:`portable`, bytes) and any ``model.onnx.data``, to be copied with its
+    recorded hash; or, where only loading failed, that ``model.onnx`` with its floating weights pointing into
+    :data:`ZEROS` and the zeros' size (an int: a sparse file).
+
+    Raises:
+        HarnessError: a file is not the one the export recorded.
+    """
+    model = published_model(recorded(src / layout.MODEL, rec.sha256))
     if weightless:
         try:
-            model, size = strip_weights(recorded(src / layout.MODEL, rec.sha256), ZEROS)
+            stripped, size = strip_weights(model, ZEROS)
             if size:
-                return {"model.onnx": model, ZEROS: size}
+                return {layout.MODEL: stripped, ZEROS: size}
         except (ValueError, OSError, IndexError):
             pass  # a model this cannot take apart (or with no weights to leave out) keeps its own
-    own: dict[str, tuple[Path, str | None] | bytes | int] = {layout.MODEL: (src / layout.MODEL, rec.sha256)}
+    own: dict[str, tuple[Path, str | None] | bytes | int] = {layout.MODEL: model}
     if (src / layout.DATA).is_file():
         own[layout.DATA] = (src / layout.DATA, rec.data_sha256)
     return own
+
+
+def published_model(data: bytes) -> bytes:
+    """A ``model.onnx`` as a reproducer publishes it: :func:`portable` (no path of the checkout that exported it);
+    bytes that are no model this can read, as they are (what the runtimes were given)."""
+    try:
+        return portable(data)
+    except ValueError:
+        return data

@@ -38,6 +38,7 @@ def readme(
     symptom = rec.card.get("symptom")
     if symptom:
         lines += ["", *_wrap(_flat(f"Gotcha: {symptom}"), "", "")]
+    lines += ["", *_wrap(_PORTABLE, "", "")]
     if weightless:
         lines += ["", *_wrap(_WEIGHTLESS, "", "")]
     lines += [
@@ -86,6 +87,11 @@ def frontier_readme(name: str, cells: list[CellRecord], constraints: Mapping[str
     lines += ["", "Reproduce, one fresh environment per runtime pin (exit status 1: refused at load, as the cells were):", ""]
     return "\n".join([*lines, *_commands(cells, constraints)]) + "\n"
 
+
+_PORTABLE = (
+    "model.onnx is the measured file with the stack-trace paths in its node metadata made relative to the project "
+    "(so its SHA-256 may differ from the artifact's where it had such paths)."
+)
 
 _WEIGHTLESS = (
     f"Weights: zeros ({ZEROS}, a sparse file). Every cell below failed when the runtime loaded the model, which "

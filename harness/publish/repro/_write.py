@@ -10,7 +10,17 @@ import numpy as np
 
 from harness.build import cache, frontier, layout
 from harness.core.records import CellRecord, ExportRecord, Status
-from harness.publish.repro._files import SCRIPT, ZEROS, data_sets, model_files, parameters, parameters_of, probe_order, recorded
+from harness.publish.repro._files import (
+    SCRIPT,
+    ZEROS,
+    data_sets,
+    model_files,
+    parameters,
+    parameters_of,
+    probe_order,
+    published_model,
+    recorded,
+)
 from harness.publish.repro._readme import frontier_readme, readme
 from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import Publication
@@ -108,7 +118,7 @@ def _shared_folder(build: Path, name: str, cells: list[CellRecord], constraints:
     artifact and runtime it stands for, and repro.json."""
     folder = frontier.models_dir(build)
     index = cache.read_json(folder / frontier.INDEX) or {}
-    model = recorded(folder / f"{name}.onnx", (index.get("files") or {}).get(f"{name}.onnx"))
+    model = published_model(recorded(folder / f"{name}.onnx", (index.get("files") or {}).get(f"{name}.onnx")))
     x = np.array([1.0, 2.0], dtype=np.float32)
     return {
         layout.MODEL: model,
