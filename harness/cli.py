@@ -654,8 +654,7 @@ def _readme(args: argparse.Namespace) -> int:
         said = "STALE: run `harness readme`" if stale else f"what {results} gives"
         print(f"{path}: the answer block and the facts of the README and docs/ are {said}")
         return 1 if stale else 0
-    if not results.is_dir():
-        raise HarnessError(f"--results {results}: not a folder; give the published results folder (default: results)")
+    readme.results_folder(results)
     with lock.acquire(results, lock.command_line(), echo=_note):  # no report swaps the table while it is read
         changed = readme.refresh(path, results)
     print(f"{path}: answer block and facts {'refreshed' if changed else 'unchanged'} from {results}")

@@ -168,17 +168,12 @@ def _listed(base: Path) -> tuple[str | None, list[str] | None]:
         return str(data["inputs"]["profile"]), [str(r["torch"]) for r in data["releases"]]
 
 
-def is_release(release: str) -> bool:
-    """Whether ``release`` is an X.Y.Z torch release (no path: ``..`` or ``../architectures`` name none)."""
-    return published.is_release(release)
-
-
 def releases(base: Path, default: Path | None) -> list[str]:
     """The torch releases with a published table: each folder of ``base`` holding one, and the default table's own."""
     listed = _listed(base)[1] if base.is_dir() else None
     found = {
         p.name for p in base.glob("*")
-        if is_release(p.name) and (p / "matrix.jsonl").is_file() and (listed is None or p.name in listed)
+        if published.is_release(p.name) and (p / "matrix.jsonl").is_file() and (listed is None or p.name in listed)
     }  # fmt: skip
     if default is not None and (own := _own_release(default)):
         found.add(own)
@@ -230,7 +225,7 @@ def local_torch(asked: Asked, installed: str, results: str | None, default: str)
     """Where the user's environment holds another torch than the one the answer was measured with: which table
     measured theirs and how to ask it, or that none did."""
     mine, theirs = _release(installed), _release(asked.measured_with.get("torch", ""))
-    if not is_release(mine) or not theirs or mine == theirs:
+    if not published.is_release(mine) or not theirs or mine == theirs:
         return []
     base = Path(results) if results else Path(default) / "torch"
     measured = releases(base, Path(default))

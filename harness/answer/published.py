@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.build import lock
+from harness.build import cache, lock
 from harness.config import runtimes
 from harness.core import schema
 from harness.core.errors import HarnessError
@@ -329,16 +329,10 @@ def _sha_of(path: Path) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _sha(path: str, mtime_ns: int, size: int) -> str | None:
     del mtime_ns, size  # the key: another version of the file is hashed again
-    import hashlib
-
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        return cache.sha256_file(path)
     except OSError:
         return None
-    return h.hexdigest()
 
 
 RELEASE = re.compile(r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)")

@@ -299,6 +299,16 @@ def named(root: Path) -> Sequence[str]:
     return [m["name"] for page in _pages(root) for m in _FACT.finditer(page.read_text(encoding="utf-8"))]
 
 
+def results_folder(results: Path) -> None:
+    """Refuse a ``--results`` that is no folder (before a lock file is put in it).
+
+    Raises:
+        HarnessError: one line, with the fix.
+    """
+    if not results.is_dir():
+        raise HarnessError(f"--results {results}: not a folder; give the published results folder (default: results)")
+
+
 def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
     """Whether the README's block, or a fact of the README or docs/, is not what ``results`` gives; with ``write``,
     rewrite them then (nothing is written when they are; where one is, each page is written whole: :func:`replace`).
@@ -309,8 +319,7 @@ def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
             damaged, of two reports), the README cannot be read or holds no single block, or a page cannot be written:
             whether the README is stale cannot be told, and nothing is written.
     """
-    if not results.is_dir():
-        raise HarnessError(f"--results {results}: not a folder; give the published results folder (default: results)")
+    results_folder(results)
     published.check_table(results, sealed=True)
     if partial := published.read_partial(results / "matrix.jsonl"):
         raise HarnessError(
@@ -318,11 +327,11 @@ def refresh(readme_path: Path, results: Path, *, write: bool = True) -> bool:
             "whole one; run `nox -s matrix` (it runs what is missing), then `harness readme`"
         )
     text = published.read_text(readme_path, "the project's README.md, which holds the answer block")
-    current(text)
+    held = current(text)
     new = block(results)
     root = readme_path.resolve().parent
     _, pages = _facts(root) if results.resolve() == (root / "results").resolve() else ([], {})
-    if current(text) != new:
+    if held != new:
         head, rest = pages.get(readme_path.resolve(), text).split(BEGIN, 1)
         pages[readme_path.resolve()] = f"{head}{BEGIN}\n{new}\n{END}{rest.split(END, 1)[1]}"
     if write:

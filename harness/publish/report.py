@@ -120,12 +120,12 @@ def _frontier_missing(out: Path, profile: Profile) -> list[str]:
     makes its answers say "measured") is missing or not measured on this export's frontier models, one line each."""
     if frontier.index_digest(out) is None:
         return [f"the frontier models are missing ({frontier.models_dir(out)}), so no runtime's frontier is measured"]
-    lines = []
-    for rt in profile.runtimes:
-        if rt.kind.frontier and rt.pin not in frontier.read(out, [(rt.id, rt.pin)]):
-            why = frontier.why_stale(out, rt.id) or "its frontier is not measured"
-            lines.append(f"{rt.pin}: {why} ({frontier.result_path(out, rt.id)})")
-    return lines
+    measured = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
+    return [
+        f"{rt.pin}: {frontier.why_stale(out, rt.id) or 'its frontier is not measured'} ({frontier.result_path(out, rt.id)})"
+        for rt in profile.runtimes
+        if rt.kind.frontier and rt.pin not in measured
+    ]
 
 
 def _vouched(shard: Path, exports: Sequence[ExportRecord]) -> dict[str, CellRecord]:

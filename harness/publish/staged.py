@@ -30,7 +30,7 @@ import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from harness.build import lock
+from harness.build import cache, lock
 from harness.build.lock import NAME, STAGE
 from harness.core.errors import HarnessError
 
@@ -141,7 +141,7 @@ def publishing(folder: Path, command: str) -> Iterator[Publication]:
                 if (folder / name).is_dir():
                     held.enter_context(lock.acquire(folder / name, lock.command_line()))
             if note := stage.commit():
-                print(note.replace("report:", f"{command}:", 1), file=sys.stderr)
+                print(f"{command}: {note}", file=sys.stderr)
     except OSError as exc:
         if stage is not None:
             stage.abort()
@@ -206,11 +206,7 @@ class Publication:
 
     def sha256(self, path: Path) -> str:
         """The SHA-256 of a file of the new report, as written."""
-        h = hashlib.sha256()
-        with open(self._at(path), "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return cache.sha256_file(self._at(path))
 
     def copy(self, path: Path, src: Path, sha256: str | None) -> None:
         """A copy of ``src`` (never a link: the published file is its own), checked against ``sha256`` as
@@ -231,8 +227,8 @@ class Publication:
 
     def commit(self) -> str | None:
         """Carry over what the report keeps, then put the new folder in the published one's place at once.
-        Returns a line to show when the previous folder could not be removed afterwards (it is published
-        no more; each next writer tries again and says so while it stays), else None.
+        Returns a line to show (after the command's name) when the previous folder could not be removed afterwards
+        (it is published no more; each next writer tries again and says so while it stays), else None.
 
         Raises:
             OSError: the swap was refused; the published folder is as it was.
@@ -256,7 +252,7 @@ class Publication:
             shutil.rmtree(self.staging)
         except OSError as exc:
             return (
-                f"report: published {self.target}; the previous report, moved to {self.staging}, could not be removed "
+                f"published {self.target}; the previous report, moved to {self.staging}, could not be removed "
                 f"({exc.strerror or exc}): it is published no more; remove it by hand (`rm -rf {self.staging}`, after "
                 "`chattr -i` where a file is immutable)"
             )
