@@ -58,6 +58,8 @@ except HarnessError as exc:  # one line, not a traceback from inside nox
 REFERENCE_PKGS = stamps.reference_requirements(MATRIX)
 EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxscript}", *REFERENCE_PKGS, "numpy"]
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
+# The spec stage: the export's onnx (its checker and reference evaluator) and numpy, nothing else.
+SPEC_PKGS = [f"onnx=={MATRIX.export.onnx}", "numpy"]
 NVIDIA_INDEX = "https://pypi.nvidia.com"  # TensorRT's libraries (GPU machines only)
 # The tests run on the reference runtime (the newest). Playwright drives the system's Chromium (Debian's
 # `chromium`, which .ci/run installs); its own browser download is never used.
@@ -310,6 +312,27 @@ def _stopped(session: nox.Session) -> None:
 
 
 @nox.session
+def spec(session: nox.Session) -> None:
+    """The ONNX specification's answer on every exported file: the full checker and the reference evaluator on every
+    probe (the export's onnx, numpy; no torch, no runtime) → build/spec.json, cached per artifact."""
+    _stopped(session)
+    ns = _options(session.posargs)
+    session.install(*SPEC_PKGS)
+    _harness(session)
+    force = ["--force"] if ns.force else []
+    releases = MATRIX.profile(ns.profile).torch
+    for release in releases:  # a profile with torch releases: each release's build in turn, where it has work
+        if release == _reused(ns):
+            continue
+        if release in _TORCH_FAILED:
+            session.log(f"torch {release}: its export did not finish: not judged")
+        elif ns.force or _plan(ns, release).spec is not None:
+            session.run("harness", "spec", *_common(_with_release(ns, release)), *force)
+    if not releases:
+        session.run("harness", "spec", *_common(ns), *force)
+
+
+@nox.session
 @nox.parametrize(
     "runtime", [nox.param(rt.pin, id=rt.id, tags=["run", rt.package, "gpu" if rt.gpu else "cpu"]) for rt in MATRIX.runtimes]
 )
@@ -419,12 +442,14 @@ def matrix(session: nox.Session) -> None:
     todo = _plan(ns)
     for line in todo.lines():
         session.log(line)
-    if not todo.export and not any(todo.runs.values()):
+    if not todo.export and not todo.spec and not any(todo.runs.values()):
         # Only the report runs: this invocation's seconds are not the run's wall time (the report keeps the one
         # its history recorded for these shards, or says none).
         os.environ.pop("HARNESS_MATRIX_STARTED", None)
     if todo.export:
         session.notify("export", session.posargs)
+    if todo.spec:
+        session.notify("spec", session.posargs)
     for rt in profile.runtimes:
         if todo.runs[rt.id]:
             session.notify(f"run({rt.id})", session.posargs)
@@ -441,7 +466,7 @@ def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:
     from harness.answer import torch_table
 
     profile = MATRIX.profile(ns.profile)
-    exports, runs, report = [], set(), False
+    exports, runs, report, judge = [], set(), False, False
     for release in profile.torch:
         if release == _reused(ns):
             session.log(f"torch {release}: the default table's own measurement (the table across releases reads it)")
@@ -455,24 +480,27 @@ def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:
             session.log(f"torch {release}: {line}")
         if todo.export:
             exports.append(release)
+        judge = judge or todo.spec is not None
         runs.update(rt for rt, why in todo.runs.items() if why)
         report = report or todo.report is not None
     stale = torch_table.why_stale(MATRIX, profile, ROOT / ns.results)
     if stale:
         session.log(f"torch-report: runs: {stale}")
-    if not exports and not runs:
+    if not exports and not judge and not runs:
         os.environ.pop("HARNESS_MATRIX_STARTED", None)
     for release in exports:
         if release == MATRIX.export.torch:  # the default torch: the export session's environment, kept
             session.notify("export", [*session.posargs, "--torch", release])
         else:
             session.notify(f"export_torch({release})", session.posargs)
+    if judge:
+        session.notify("spec", session.posargs)
     for rt in profile.runtimes:
         if rt.id in runs:
             session.notify(f"run({rt.id})", session.posargs)
     if report or stale:
         session.notify("report", session.posargs)
-    if not (exports or runs or report or stale):
+    if not (exports or judge or runs or report or stale):
         session.log(f"nothing to do: {ns.results} is up to date (`nox -s matrix -- --force` redoes everything)")
 
 

@@ -168,6 +168,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the reference pass may take")
     p.add_argument("--runtime", default="", help="the export's reference runtime pin; refused if this environment holds another")
 
+    p = sub.add_parser(
+        "spec", help="spec stage (needs onnx): the ONNX checker and reference evaluator on every artifact → build/spec.json"
+    )
+    _common(p)
+    p.add_argument("--workers", type=int, default=0, help="worker processes (0: one per CPU core)")
+    _force_arg(p, "judge every artifact again")
+
     p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
     _common(p)
     p.add_argument("--runtime", required=True, help="pin, id or version: onnxruntime==1.17.3, ort-1.17.3, 1.17.3")
@@ -372,7 +379,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _stage(args, matrix, profile, out)
 
 
-TORCH_SCOPED = frozenset({"export", "run", "report", "plan"})
+TORCH_SCOPED = frozenset({"export", "spec", "run", "report", "plan"})
 """The stages that act on one torch release of a profile that lists them (``--torch``)."""
 
 WALL_MAX = 30 * 86400
@@ -441,7 +448,7 @@ def out_problem(out: str | os.PathLike[str], root: Path) -> None:
         raise HarnessError(f"--out {str(out)!r} is inside the published results/; give a build folder such as --out build")
 
 
-WRITERS = ("export", "run", "report", "gather", "torch-report")
+WRITERS = ("export", "spec", "run", "report", "gather", "torch-report")
 """The commands that write the build folder."""
 
 
@@ -531,6 +538,16 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
     return _problems(problems, echo=False)
 
 
+def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness.spec import stage as spec
+
+    signal.signal(signal.SIGTERM, _interrupted)
+    facts = spec.judge_all(out, workers=args.workers, force=args.force)
+    said = [f for f in facts.values() if f.get("unanswered") is None]
+    print(f"spec: {len(facts)} artifacts, {len(said)} evaluated → {out / 'spec.json'}")
+    return 0
+
+
 def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
     from harness.run import stage as run
 
@@ -579,6 +596,7 @@ _STAGES: dict[str, Callable[[argparse.Namespace, Matrix, Profile, Path], int]] =
     "list": _list,
     "plan": _plan,
     "export": _export,
+    "spec": _spec,
     "run": _run,
     "report": _report,
     "torch-report": _torch_report,

@@ -26,15 +26,17 @@ ALLOWED = {
     "answer": {"core", "config", "build"},
     "export": {"core", "config", "build", "cases", "numeric", "pool"},
     "run": {"core", "config", "build", "numeric", "pool"},
+    "spec": {"core", "config", "build", "numeric", "pool"},
     "publish": {"core", "config", "build", "numeric", "answer"},
 }
-"""Folder → the folders it may import besides itself. The three stages (export, run, publish) import no other
+"""Folder → the folders it may import besides itself. The four stages (export, spec, run, publish) import no other
 stage; ``answer`` reads a published table and is read by the report (the README states the answer); the command
 line (``cli``, ``__main__``) may import anything and nothing imports it."""
 
 ENVIRONMENTS = {
     "harness.export.stage": {"pandas", "tabulate"},
     "harness.run.stage": {"torch", "onnx", "onnxscript", "pandas", "tabulate", "transformers"},
+    "harness.spec.stage": {"torch", "onnxscript", "onnxruntime", "pandas", "tabulate", "transformers"},
     "harness.publish.report": {"torch", "onnxscript", "onnxruntime", "transformers"},
     "harness.answer.recommend": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},

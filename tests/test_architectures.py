@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,23 @@ def test_every_model_builds_offline_and_its_output_is_far_from_zero() -> None:
         first = out[0] if isinstance(out, tuple) else out
         assert torch.isfinite(first).all(), case.name
         assert first.float().std().item() > 0.05, f"{case.name}: output spread {first.float().std().item():.2g}"
+        # The card says the model the table measured: an attention implementation it names is the one built.
+        config = getattr(getattr(model, "model", model), "config", None)
+        built = getattr(config, "_attn_implementation", None)
+        for said in _ATTENTION.findall(case.about):
+            assert said.lower() == built, f"{case.name}: its card says {said} attention; the model is built with {built}"
+
+
+_ATTENTION = re.compile(r"\b(eager|SDPA)\s+attention", re.IGNORECASE)
+"""What a card says of its model's attention implementation (``Eager attention only``, ``SDPA attention``)."""
+
+
+def test_a_card_that_names_the_wrong_attention_is_caught() -> None:
+    """The check above, on the two cards it corrected: T5 and GPT-J were said "eager attention only" and built with SDPA."""
+    assert [s.lower() for s in _ATTENTION.findall("T5. Eager attention only. Export")] == ["eager"]
+    assert [s.lower() for s in _ATTENTION.findall(REGISTRY["t5"].about)] == ["sdpa"]
+    assert [s.lower() for s in _ATTENTION.findall(REGISTRY["t5_eager"].about)] == ["eager"]
+    assert REGISTRY["t5_eager"].fixes == "t5" and REGISTRY["t5_eager"].title == "T5 (eager attention)"
 
 
 # The answer per model and its causes ----------------------------------------------------------------------------------

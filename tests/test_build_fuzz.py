@@ -26,7 +26,7 @@ from typing import Any
 import onnxruntime
 import pytest
 
-from harness.build import cache, frontier, layout, lock, plan, stamps
+from harness.build import cache, frontier, layout, lock, plan, spec, stamps
 from harness.config.matrix import Matrix, load
 from harness.core.errors import HarnessError
 from harness.export import stage as export
@@ -55,13 +55,13 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (top / "matrix.toml").write_text(text)
     (top / "my_cases.py").write_text(CORPUS)
     out = top / "build"
-    for stage in ("export", "run", "report"):
+    for stage in ("export", "spec", "run", "report"):
         proc = _harness(top, out, stage)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     arts = layout.load_artifacts(out)
     rows = [{"case": a.case, "probe": p, "reference_sha256": a.reference_sha256, "max_abs": 0.0} for a in arts for p in a.probes]
     (out / gpuref.FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert _harness(top, out, "plan").stdout.count("up to date") == 3, "the build is whole and up to date"
+    assert _harness(top, out, "plan").stdout.count("up to date") == 4, "the build is whole and up to date"
     return out
 
 
@@ -98,6 +98,9 @@ def kinds(out: Path) -> dict[str, Path]:
         "shard": out / layout.SHARDS / f"{rt}-cpu.jsonl",
         "shard seal": out / layout.SHARDS / f"{rt}-cpu.stamp.json",
         "report stamp": layout.report_stamp(out, PROFILE),
+        "spec answer": spec.facts_path(out),
+        "spec seal": spec.stamp_path(out),
+        "spec cache entry": next((out / spec.CACHE).glob("*.json")),
         "frontier index": frontier.models_dir(out) / frontier.INDEX,
         "frontier model": next(frontier.models_dir(out).glob("*.onnx")),
         "frontier result": frontier.result_path(out, rt),
@@ -247,6 +250,9 @@ def _read_everything(out: Path, matrix: Matrix) -> None:
     envprobe.environment(out, False, rt.kind.backend)
     arts = layout.load_artifacts(out)
     layout.damaged(out, arts)
+    spec.read(out, arts)
+    spec.why_stale(out, stamp, "1.23.2")
+    plan._spec_why(out, stamp, "1.23.2")
     layout.check(shard, rt.pin, "cpu", arts)
     gpuref.read(out, arts)
 
@@ -295,7 +301,8 @@ CLI_DAMAGES = ("random bytes", "JSON []", "a folder in its place")
 
 
 def test_the_real_commands_over_a_damaged_build_say_one_line_or_redo_it(build: Path, tmp_path: Path) -> None:
-    """`harness plan` and `harness report` over each kind damaged three ways; `harness run` over random bytes."""
+    """`harness plan` and `harness report` over each kind damaged three ways; `harness run` and `harness spec` over
+    random bytes."""
     bad: list[str] = []
     count = 0
     for kind, path in kinds(build).items():
@@ -307,7 +314,7 @@ def test_the_real_commands_over_a_damaged_build_say_one_line_or_redo_it(build: P
             shutil.rmtree(tmp_path / "results", ignore_errors=True)
             shutil.copytree(build.parent / "results", tmp_path / "results", symlinks=True)
             damage(out / path.relative_to(build))
-            for command in ("plan", "report", "run") if label == "random bytes" else ("plan", "report"):
+            for command in ("plan", "report", "run", "spec") if label == "random bytes" else ("plan", "report"):
                 count += 1
                 proc = _in(tmp_path, build.parent, out, command)
                 said = proc.stdout + proc.stderr

@@ -159,6 +159,20 @@ def test_fixed_twins_pass(smoke: dict) -> None:  # type: ignore[type-arg]
         }
 
 
+def test_every_failing_cell_says_whose_fault_it_is(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
+    """The spec stage ran between the export and the runs: every failing cell carries a fault derived from it, the
+    frozen batch is the file's (its signature refuses batch 8), and the README counts them."""
+    from harness.answer import fault
+
+    failing = [c for c in smoke.values() if c["status"] in {s.value for s in fault.FAULTED}]
+    assert failing and all(c.get("fault") in fault.KINDS and c.get("fault_why") for c in failing)
+    frozen = [c for k, c in smoke.items() if k[:2] == ("frozen_batch", "torchscript") and c["status"] == "run-fail"]
+    assert frozen and {c["fault"] for c in frozen} == {"exporter"}
+    assert all("froze" in c["fault_why"] for c in frozen)
+    assert (build / "build" / "spec.json").is_file()
+    assert "## Whose fault" in (build / "results" / "README.md").read_text()
+
+
 def test_a_rerun_with_nothing_changed_starts_no_session(smoke: dict, build: Path) -> None:  # type: ignore[type-arg]
     """The plan finds every stage up to date: no environment starts, no export, no cell, and
     results/ stays byte for byte what the first run wrote."""
@@ -167,8 +181,9 @@ def test_a_rerun_with_nothing_changed_starts_no_session(smoke: dict, build: Path
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-3000:]
     assert "export: up to date" in said and "run: all 2 runtimes: up to date" in said and "report: up to date" in said
-    assert "nothing to do" in said
+    assert "spec: up to date" in said and "nothing to do" in said
     assert "Running session export" not in said and "Running session run(" not in said and "Running session report" not in said
+    assert "Running session spec" not in said
     assert {p: p.read_bytes() for p in (build / "results").rglob("*") if p.is_file()} == before
 
 
@@ -326,7 +341,7 @@ def test_separate_shard_processes_gathered_equal_the_single_run(smoke: dict, bui
 
     def export_copy(dest: Path) -> Path:
         dest.mkdir(parents=True)
-        for name in ("manifest.json", "export.stamp.json"):
+        for name in ("manifest.json", "export.stamp.json", "spec.json", "spec.stamp.json"):  # as the export job uploads
             shutil.copy(export / name, dest / name)
         shutil.copytree(export / "artifacts", dest / "artifacts")
         shutil.copytree(export / "frontier" / "models", dest / "frontier" / "models")  # the export job uploads them too

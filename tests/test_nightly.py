@@ -203,6 +203,8 @@ def test_the_run_jobs_come_from_the_export_job(workflow: dict[str, Any]) -> None
     assert upload["with"]["path"].split() == [
         "build/manifest.json",
         "build/export.stamp.json",
+        "build/spec.json",  # the spec's answer on every file, which the report's faults rest on
+        "build/spec.stamp.json",
         "build/artifacts/",
         "build/frontier/models/",  # what each run job measures its runtime's frontier on
     ]
@@ -323,7 +325,7 @@ def test_the_diff_step_records_a_regression_and_fails_on_bad_input(tmp_path: Pat
 
 def test_the_sessions_it_names_exist(workflow: dict[str, Any]) -> None:
     named = {m for _, script in scripts(workflow) for m in re.findall(r"\bnox -s ([A-Za-z_]\w*)", script)}
-    assert named == {"export", "report", "matrix"}  # matrix: the architectures table, one job
+    assert named == {"export", "spec", "report", "matrix"}  # matrix: the architectures table, one job
     # A bare `nox -l --json` lists only the selected sessions (nox.options.sessions = ["matrix"]);
     # `-s` lists the named ones, and exits 3 "Sessions not found" when one is not in the noxfile.
     listed = nox("-l", "--json", "-s", *sorted(named))

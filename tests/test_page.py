@@ -152,6 +152,12 @@ def test_the_published_page_shows_the_full_table(chromium: Any) -> None:
         assert legend.endswith(f"load-fail: {len(newest)}"), legend  # the legend counts the cells shown
         p.page.click("#f-reset")
 
+        for kind in ("runtime", "exporter"):  # rows with a cell of that fault, on any probe
+            p.page.select_option("#f-fault", kind)
+            faulted = {(r["case"], r["exporter"], r["opset"]) for r in rows if r.get("fault") == kind}
+            assert 0 < p.rows() == len(faulted), kind
+        p.page.click("#f-reset")
+
         p.page.click("#grid thead th[data-key='opset']")
         opsets = [r[2] for r in p.view()["rows"]]
         assert opsets == sorted(opsets) and opsets[0] < opsets[-1] and len(opsets) == len(artifacts)
@@ -344,6 +350,7 @@ def test_a_published_cell_shows_its_error_diff_latency_and_reproducer(chromium: 
         cell.click()
         text = p.page.locator("#details").text_content() or ""
         assert failing["status"] in text and failing["error_line"] in text
+        assert f"fault{failing['fault']}: {failing['fault_why']}" in text  # whose fault, and the evidence
         assert f'pip install "{newest}"' in text
         assert f"python results/{failing['repro']}/repro.py" in text
         assert p.page.locator(f"#details a[href='{failing['repro']}/repro.py']").count() == 1

@@ -33,7 +33,8 @@ def test_every_field_of_a_cell_is_published_once_or_said_unpublished() -> None:
     published = {f.name for f in schema.FIELDS if f.jsonl is not None} & cell_fields
     assert published.isdisjoint(schema.UNPUBLISHED)
     assert published | schema.UNPUBLISHED == cell_fields, "a CellRecord field neither in the schema nor said unpublished"
-    assert schema.derived() == {"repro", "gpu"}, "published keys that are no field of the cell"
+    derived = {"repro", "gpu", "fault", "fault_why", "fixed_in", "last_failing"}
+    assert schema.derived() == derived, "published keys that are no field of the cell"
     details = [f.detail for f in schema.FIELDS if f.detail is not None]
     assert len(details) == len(set(details))
 
@@ -69,8 +70,15 @@ def test_the_renderers_say_the_same_as_before() -> None:
     assert schema.row(cell, ctx) == {
         "case": "nan_chain", "exporter": "dynamo", "opset": 18, "runtime": "onnxruntime==1.32.0", "provider": "cpu",
         "probe": "example", "status": "mismatch", "error_class": "", "error_line": "outputs differ",
-        "localization": "node Max_3", "optimizer": "no", "repro": "", "note": "", "median_ms": None, "copies": "",
+        "localization": "node Max_3", "optimizer": "no", "fault": "", "repro": "", "note": "", "median_ms": None,
+        "copies": "",
     }  # fmt: skip
+    said = {"kind": "runtime", "why": "spec agrees", "fixed_in": "1.24.4", "said": "runtime: spec agrees; passes from 1.24.4"}
+    faulted = schema.Context(fault=lambda c: said)
+    assert schema.row(cell, faulted)["fault"] == said["said"] and schema.detail(cell, faulted)["fault"] == said["said"]
+    line = schema.published(cell, faulted)
+    published = (line["fault"], line["fault_why"], line["fixed_in"], "last_failing" in line)
+    assert published == ("runtime", "spec agrees", "1.24.4", False)
     assert schema.detail(cell) == {
         "error": "outputs differ", "starts_at": "node Max_3", "optimizer": "no: fails with them disabled too",
         "diff": {"max_abs": 1.235, "max_rel": 0.5, "mismatched": 2, "total": 8}, "providers": "CPUExecutionProvider",

@@ -269,8 +269,25 @@ def _release(name: str, cells: list[CellRecord], rewrites: dict[tuple[str, str, 
 
     r = torch_table.Release.__new__(torch_table.Release)
     r.release, r.folder, r.problem, r.cells, r.environment = name, Path("."), None, cells, {}
-    r.rewrites = rewrites or {}
+    r.rewrites, r.faults = rewrites or {}, {}
     return r
+
+
+def test_a_pass_after_the_files_fault_names_the_release_that_writes_a_good_file() -> None:
+    from harness.answer import torch_table
+
+    def cells(status: Status) -> list[CellRecord]:
+        rec = ExportRecord("frozen_batch_fixed", "dynamo", 20, True, 1.0, probes=("example",), ir_version=9)
+        return [rec.cell("onnxruntime==1.32.0", "cpu", {}, probe="example", status=status, stage=Stage.RUN)]
+
+    old, new = _release("2.7.1", cells(Status.RUN_FAIL)), _release("2.9.1", cells(Status.PASS))
+    old.faults = {old.cells[0].key: {"fault": "exporter", "fault_why": "the file declares input 'x' as [2]"}}
+    (change,) = torch_table.changes([old, new])
+    assert change["faults"] == {"2.7.1": "exporter"}
+    good = "the exporter's fault: 2.9.1 is the first to write a good file"
+    assert change["change"] == f"passes from 2.9.1 (run-fail before, {good})"
+    old.faults = {old.cells[0].key: {"fault": "runtime"}}  # the runtime's fault before: a release wrote no better file
+    assert torch_table.changes([old, new])[0]["change"] == "passes from 2.9.1 (run-fail before)"
 
 
 def test_a_request_a_release_answered_with_another_opset_is_compared_by_that_file() -> None:

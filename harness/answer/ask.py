@@ -88,7 +88,9 @@ def ask(
     with published.reading(source):  # a damaged table is one line naming it
         partial = tuple(published.read_partial(source))
         pin = lookup.resolve_runtime(runtime, published.read_pins(source), source)
-        cells = published.read_cells(source, runtime=pin.pin)  # the other columns do not enter the answer
+        faults: dict[str, dict[str, Any]] = {}  # whose fault each failing cell is, and where a later runtime passes it
+        cells = published.read_cells(source, runtime=pin.pin, faults=faults)  # the other columns do not enter the answer
+    fixes = {key: f["fixed_in"] for key, f in faults.items() if "fixed_in" in f}
     if pin.said:
         notes.append(pin.said)
     with published.reading(Path(source).with_name(published.CASES)):
@@ -99,7 +101,7 @@ def ask(
         raise HarnessError(missing)
     measured = list(dict.fromkeys(c.case for c in cells))
     selection = lookup.select(measured, cards, source, cases=cases, corpus=corpus, everything=everything)
-    col = recommend.column(cells, pin.pin, provider, loads, rewrites, exporter)
+    col = recommend.column(cells, pin.pin, provider, loads, rewrites, exporter, fixes=fixes)
     answer = recommend.combine(col, selection.cases, selection.said, exporter)
     with published.reading(source):
         pins, axes = published.read_pins(source), published.read_axes(source)[1] if torch is not None else {}

@@ -434,10 +434,18 @@ def built_said(versions: Mapping[str, str]) -> str:
     return ", ".join(f"{k} {versions[k]}" for k in _BUILT if k in versions) or "versions not recorded"
 
 
-def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = None) -> list[CellRecord]:
+FAULT_KEYS = ("fault", "fault_why", "fixed_in", "last_failing")
+"""A published cell's fault, as :mod:`harness.answer.fault` derived it (the report's, no field of the cell)."""
+
+
+def read_cells(
+    path: str | Path, *, spread: bool = True, runtime: str | None = None, faults: dict[str, dict[str, Any]] | None = None
+) -> list[CellRecord]:
     """Every cell of a published ``matrix.jsonl`` or a shard (only ``runtime``'s, when given: a line of
     another runtime is not parsed); with ``spread``, a runtime-wide record (an ``env-error`` for a whole
-    column) is spread over the artifacts and probes the same file measures elsewhere (:func:`spread_wide`)."""
+    column) is spread over the artifacts and probes the same file measures elsewhere (:func:`spread_wide`).
+    ``faults``, when given, receives each failing cell's fault by its key (``fault``, ``fault_why``, ``fixed_in``,
+    ``last_failing``, as published: :mod:`harness.answer.fault`)."""
     p = table_path(path)
     cells: dict[str, CellRecord] = {}
     with open(p, encoding="utf-8") as f:
@@ -447,13 +455,16 @@ def read_cells(path: str | Path, *, spread: bool = True, runtime: str | None = N
             if runtime is not None and (m := _RUNTIME.search(line)) and m.group(1) != runtime:
                 continue
             try:
-                cell = schema.record(json.loads(line))
+                data = json.loads(line)
+                cell = schema.record(data)
             except (ValueError, KeyError, TypeError) as exc:
                 raise HarnessError(
                     f"{p}:{n}: not a cell record ({type(exc).__name__}: {exc}); "
                     "give a results/matrix.jsonl or a build/shards file"
                 ) from None
             cells[cell.key] = cell
+            if faults is not None and isinstance(data.get("fault"), str):
+                faults[cell.key] = {k: data[k] for k in FAULT_KEYS if isinstance(data.get(k), str)}
     if not cells:
         raise HarnessError(f"{p}: holds no cells; rerun `nox -s matrix` (or the `run` and `report` sessions)")
     return spread_wide(cells.values()) if spread else list(cells.values())

@@ -158,8 +158,9 @@ def _twins(root: Path) -> str:
 
 
 def _families(root: Path) -> str:
+    """The families' files, a fix candidate's aside (the same family built with a setting its user controls)."""
     cards = _cards(root / "results" / "architectures")
-    return f"{len({c.get('source_file') for c in cards.values()}):,}"
+    return f"{len({c.get('source_file') for c in cards.values() if not c.get('fixes')}):,}"
 
 
 def _architecture_cases(root: Path) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.answer.published import consecutive, group_by, runtime_order, why, worst
 from harness.build import frontier
+from harness.config.matrix import version_tuple
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
@@ -171,11 +172,14 @@ def column(
     loads: Mapping[str, Any] | None = None,
     rewrites: Mapping[tuple[str, str, int], int] | None = None,
     exporter: str | None = None,
+    *,
+    fixes: Mapping[str, str] | None = None,
 ) -> Column:
     """The verdicts of ``runtime`` × ``provider`` (``exporter``'s only, when given). Rows of the table are labelled by
     the opset written (:func:`harness.core.records.by_written_opset`); ``rewrites`` ((case, exporter, opset asked) →
     opset written, :func:`harness.answer.published.read_rewrites`) names the requests that wrote another opset, whose
-    rows the table left out as the same export again.
+    rows the table left out as the same export again. ``fixes`` (a failing cell's key → the first later runtime on
+    which it passes, :mod:`harness.answer.fault`) lets a failure say where to upgrade to.
 
     Raises:
         HarnessError: the table has no such column, no such exporter, or no cell of it ran.
@@ -188,7 +192,9 @@ def column(
     options = sorted({(e, o) for e, o, _ in by_artifact})  # an option is a file written: a row of the table
     verdicts: dict[tuple[str, int], dict[str, Verdict]] = {}
     for exp, opset in options:
-        verdicts[(exp, opset)] = {case: _verdict(by_artifact, rewrites, exp, opset, case, loads) for case in cases}
+        verdicts[(exp, opset)] = {
+            case: _verdict(by_artifact, rewrites, exp, opset, case, loads, fixes or {}) for case in cases
+        }
     unloadable = tuple((e, said) for e in sorted(asked) if (said := _unloadable(mine, e, loads)))
     return Column(runtime, provider, cases, verdicts, asked, dict(rewrites), loads, unloadable)
 
@@ -213,6 +219,7 @@ def _verdict(
     opset: int,
     case: str,
     loads: Mapping[str, Any] | None,
+    fixes: Mapping[str, str],
 ) -> Verdict:
     got = by_artifact.get((exporter, opset, case))
     if got:
@@ -220,11 +227,22 @@ def _verdict(
             return Verdict(SKIPPED, got[0].error_line or f"does not apply to {exporter}")
         if passes(got):
             return Verdict(PASS)
-        return Verdict(FAIL, why(got) + _past_frontier(got, loads), status=worst(got).value)
+        return Verdict(FAIL, why(got) + _past_frontier(got, loads) + _upgrade(got, fixes), status=worst(got).value)
     wrote = rewrites.get((case, exporter, opset))
     if wrote is not None:
         return Verdict(ELSEWHERE, f"no file at opset {opset}: asking for {opset} writes opset {wrote}", wrote)
     return Verdict(UNMEASURED, "not measured here")
+
+
+def _upgrade(got: Sequence[CellRecord], fixes: Mapping[str, str]) -> str:
+    """``; or upgrade to onnxruntime 1.24.4, where it passes`` where every failing probe passes on a later runtime of
+    the same package (the runtime's or its optimizer's fault, :mod:`harness.answer.fault`); "" otherwise."""
+    failing = [c for c in got if c.status not in (Status.PASS, Status.SKIPPED)]
+    found = [fixes.get(c.key) for c in failing]
+    if not failing or any(v is None for v in found):
+        return ""
+    newest = max((v for v in found if v is not None), key=version_tuple)
+    return f"; or upgrade to {failing[0].runtime.split('==')[0]} {newest}, where it passes"
 
 
 def passes(cells: Sequence[Any]) -> bool:
@@ -370,12 +388,13 @@ def columns(
     cells: Sequence[CellRecord],
     loads: Mapping[str, Mapping[str, Any]] | None = None,
     rewrites: Mapping[tuple[str, str, int], int] | None = None,
+    fixes: Mapping[str, str] | None = None,
 ) -> list[Column]:
     """Every runtime × provider column of the table (oldest runtime first) where something ran."""
     found = []
     for runtime, provider in group_by(cells, "runtime", "provider"):
         try:
-            found.append(column(cells, runtime, provider, (loads or {}).get(runtime), rewrites))
+            found.append(column(cells, runtime, provider, (loads or {}).get(runtime), rewrites, fixes=fixes))
         except HarnessError:
             continue  # nothing ran there: no answer (the table says why once)
     order = {pin: i for i, pin in enumerate(runtime_order(c.runtime for c in found))}

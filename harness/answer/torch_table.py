@@ -110,6 +110,8 @@ class Release:
         """The default table (the torch ``[export]`` pins): measured at every opset and runtime of the default profile."""
         self.problem: str | None = None
         self.cells: list[CellRecord] = []
+        self.faults: dict[str, dict[str, Any]] = {}
+        """Each failing cell's fault, by cell key, as its table published it (:mod:`harness.answer.fault`)."""
         self.rewrites: dict[tuple[str, str, int], int] = {}
         self.environment: dict[str, Any] = {}
         run = "nox -s matrix" if default else f"nox -s matrix -- --profile {profile}"
@@ -122,7 +124,7 @@ class Release:
                 self.environment = {}
                 raise HarnessError(f"{folder / 'environment.json'}: {foreign}; republish it with `{run}`")
             with published.reading(folder / "matrix.jsonl"):
-                self.cells = published.read_cells(folder)
+                self.cells = published.read_cells(folder, faults=self.faults)
             # (case, exporter, opset asked) → opset written, where the release answered a request with another opset
             # and the table kept that export in the written opset's row only (torch 2.5's dynamo writes 18 for 20).
             self.rewrites = published.read_rewrites(folder / "matrix.jsonl")
@@ -199,11 +201,22 @@ def changes(releases: Sequence[Release], profile: Profile | None = None) -> list
         entry["runtimes"].append(runtime)
         if "why" not in entry:
             entry["why"] = {r.release: _why(by_release[r.release].get(key)) for r in whole}
+            entry["faults"] = {r.release: f for r in whole if (f := _fault(r, by_release[r.release].get(key)))}
             entry["wrote"] = {r.release: w for r in whole if (w := r.rewrites.get((case, exporter, opset))) is not None}
     out = list(grouped.values())
     for e in out:
-        e["change"] = _direction(e["verdicts"])
+        e["change"] = _direction(e["verdicts"], e.get("faults", {}))
     return out
+
+
+def _fault(r: Release, cells: list[CellRecord] | None) -> str | None:
+    """The fault of the cells that fold a verdict: the worst cells' one, where they agree (None: no fault, or none
+    published)."""
+    if not cells:
+        return None
+    status = published.worst(cells)
+    kinds = {r.faults.get(c.key, {}).get("fault") for c in cells if c.status is status}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _why(cells: list[CellRecord] | None) -> str:
@@ -212,12 +225,18 @@ def _why(cells: list[CellRecord] | None) -> str:
     return published.shorten(published.why(cells), 200)
 
 
-def _direction(verdicts: Mapping[str, str]) -> str:
-    """``passes from 2.9.1 (fallback before)``, ``fails from 2.9.1 (export-fail; pass before)``, or each step."""
+def _direction(verdicts: Mapping[str, str], faults: Mapping[str, str] | None = None) -> str:
+    """``passes from 2.9.1 (fallback before)``, ``fails from 2.9.1 (export-fail; pass before)``, or each step; a pass
+    after the file's fault (``faults``, by release: :mod:`harness.answer.fault`) is the first release that writes a
+    good file: ``passes from 2.9.1 (run-fail before, the exporter's fault: 2.9.1 is the first to write a good file)``."""
     steps = [(a, b) for a, b in zip(verdicts.items(), list(verdicts.items())[1:], strict=False) if a[1] != b[1]]
     words = []
-    for (_, before), (release, after) in steps:
-        if after == "pass":
+    faults = faults or {}
+    for (was, before), (release, after) in steps:
+        if after == "pass" and faults.get(was) == "exporter":
+            good = f"the exporter's fault: {release} is the first to write a good file"
+            words.append(f"passes from {release} ({before} before, {good})")
+        elif after == "pass":
             words.append(f"passes from {release} ({before or 'not measured'} before)")
         elif before == "pass":
             words.append(f"fails from {release} ({after}; pass before)")

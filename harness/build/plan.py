@@ -15,8 +15,10 @@ Stamps:
   listing, each artifact's content address and digest.
 - ``build/shards/<runtime>-<column>.stamp.json`` (:func:`harness.run.stage.run_runtime`):
   a digest of the shard's inputs, the shard's own hash, the environment.
+- ``build/spec.stamp.json`` (:func:`harness.spec.stage.judge_all`): a digest of the artifacts, the onnx release
+  and the spec stage's code, the hash of ``build/spec.json``, the environment.
 - ``build/report.<profile>.stamp.json`` (:func:`harness.build.stamps.write_report_stamp`): a digest of the
-  report's inputs and the hash of every file it wrote under ``results/``.
+  report's inputs and the hash of every file it wrote under ``results/``, and the hash of the spec's answer it read.
 
 Standard library only: the noxfile runs this before any environment exists.
 """
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, frontier, layout, stamps
+from harness.build import cache, frontier, layout, spec, stamps
 from harness.config.matrix import Matrix, Profile, Runtime
 
 
@@ -48,6 +50,8 @@ class Plan:
     runs: Mapping[str, str | None]
     """By runtime id."""
     report: str | None
+    spec: str | None = None
+    """The spec stage (the ONNX checker and reference evaluator on every artifact)."""
 
     def lines(self) -> list[str]:
         """One line per stage; runtimes that agree share a line."""
@@ -64,11 +68,11 @@ class Plan:
             if len(ids) == len(self.runs) and len(ids) > 1:
                 label = f"run: all {len(ids)} runtimes"
             runs.append(say(label, why))
-        return [say("export", self.export), *runs, say("report", self.report)]
+        return [say("export", self.export), say("spec", self.spec), *runs, say("report", self.report)]
 
     @property
     def idle(self) -> bool:
-        return self.export is None and self.report is None and not any(self.runs.values())
+        return self.export is None and self.spec is None and self.report is None and not any(self.runs.values())
 
 
 def plan(
@@ -88,7 +92,7 @@ def plan(
     is removed after each export (a torch release installed on demand): one that is gone is no reason to export again,
     its pins are in the settings and its package listing in the stamp."""
     if force:
-        return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force")
+        return Plan("--force", {rt.id: "--force" for rt in profile.runtimes}, "--force", "--force")
     stamp = cache.read_json(out / layout.EXPORT_STAMP)
     export_why = _export_why(out, stamp, stamps.export_inputs(matrix, profile, corpus, cases, requirements), removed_env)
     runs: dict[str, str | None] = {}
@@ -99,10 +103,19 @@ def plan(
         runs[rt.id] = next((w for p in profile.columns(rt) if (w := _run_why(out, matrix, rt, p, stamp)) is not None), None)
         if runs[rt.id] is None and rt.kind.frontier:
             runs[rt.id] = frontier.why_stale(out, rt.id)
-    report_why = "an earlier stage runs" if export_why is not None or any(runs.values()) else None
+    spec_why = "the export runs first" if export_why is not None else _spec_why(out, stamp, matrix.export.onnx)
+    report_why = "an earlier stage runs" if export_why is not None or spec_why is not None or any(runs.values()) else None
     if report_why is None:
         report_why = _report_why(out, profile, results, matrix.corpus_of(profile))
-    return Plan(export_why, runs, report_why)
+    return Plan(export_why, runs, report_why, spec_why)
+
+
+def _spec_why(out: Path, export_stamp: Any, onnx_pin: str) -> str | None:
+    why = spec.why_stale(out, export_stamp, onnx_pin)
+    if why is not None:
+        return why
+    stamp = cache.read_json(spec.stamp_path(out))
+    return cache.environment_unchanged(stamp.get("env") if isinstance(stamp, dict) else None)
 
 
 def _export_why(out: Path, stamp: Any, settings: Mapping[str, Any], removed_env: bool = False) -> str | None:
@@ -187,6 +200,8 @@ def _report_why(out: Path, profile: Profile, results: Path, builtin: Iterable[st
         return "no report yet"
     if stamp.get("inputs") != stamps.report_inputs(out, profile, results, builtin):
         return f"its inputs changed since {results} was written"
+    if stamp.get("spec") != spec.sha256(out):
+        return f"the spec's answer ({spec.facts_path(out)}) changed since {results} was written"
     if (why := cache.environment_unchanged(stamp.get("env"))) is not None:
         return why
     stat, outputs = stamp.get("stat"), stamp.get("outputs")

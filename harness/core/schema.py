@@ -25,13 +25,19 @@ def _not_nvidia(_: str) -> bool:
     return False
 
 
+def _no_fault(_: CellRecord) -> Mapping[str, Any] | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What a published value needs beyond its cell: where its reproducer was written (the report decides) and
-    whether a provider is an NVIDIA one (``harness.config.runtimes``, which this module may not import)."""
+    """What a published value needs beyond its cell: where its reproducer was written (the report decides), whether a
+    provider is an NVIDIA one (``harness.config.runtimes``, which this module may not import) and whose fault a
+    failing cell is (``harness.answer.fault``: ``kind``, ``why``, ``fixed_in``, ``last_failing``, ``said``)."""
 
     repro: Callable[[CellRecord], str | None] = _no_repro
     nvidia: Callable[[str], bool] = _not_nvidia
+    fault: Callable[[CellRecord], Mapping[str, Any] | None] = _no_fault
 
 
 Getter = Callable[[CellRecord, Context], Any]
@@ -144,6 +150,11 @@ def _optimizer_text(c: CellRecord, _: Context) -> str | None:
     return "yes: passes with graph optimizations disabled" if c.optimizer else "no: fails with them disabled too"
 
 
+def _fault_of(key: str) -> Getter:
+    """One key of the cell's fault (None for a cell that carries none)."""
+    return lambda c, ctx: (ctx.fault(c) or {}).get(key)
+
+
 def _gpu(c: CellRecord, ctx: Context) -> Any:
     """Every GPU cell names the GPU it ran on."""
     return (c.env.get("gpu") or "?") if ctx.nvidia(c.provider) else OMIT
@@ -182,6 +193,13 @@ FIELDS: tuple[Field, ...] = (
         row=lambda c, _: {True: "yes", False: "no", None: ""}[c.optimizer], detail="optimizer", detail_value=_optimizer_text,
         column=Column("optimizer"),
     ),
+    Field(
+        "fault", "str | null", "fault", jsonl=_fault_of("kind"), row=lambda c, ctx: (ctx.fault(c) or {}).get("said") or "",
+        detail="fault", column=Column("fault", cut=300),
+    ),
+    Field("fault_why", "str | null", "fault's evidence", jsonl=_fault_of("why")),
+    Field("fixed_in", "str | null", "passes from", jsonl=_fault_of("fixed_in")),
+    Field("last_failing", "str | null", "fails up to", jsonl=_fault_of("last_failing")),
     Field(
         "repro", "str | null", "repro", jsonl=lambda c, ctx: ctx.repro(c), row=lambda c, ctx: ctx.repro(c) or "",
         column=Column("repro", link="repro.py"),

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import models, published, recommend
+from harness.answer import fault, models, published, recommend
 from harness.answer.published import runs, runtime_key, shorten
 from harness.build import layout
 from harness.config import runtimes
@@ -185,6 +185,7 @@ def readme(r: Readme) -> str:
         *_safe_lines(r.safe, r.unmeasured_pins, r.env),
         *_frontier_lines(r.loads, r.runtimes, r.exports),
         *_rewrite_lines(r.rewrites),
+        *fault_lines(r.env.get("spec")),
         "## Legend",
         "",
         "A table cell folds its probes (the example inputs and each probe the case declares): it shows the worst status, "
@@ -214,6 +215,32 @@ def readme(r: Readme) -> str:
         lines.append(f"- [{case}]({_page(case)})" + (f": {_md_escape(shorten(said, 110))}" if said else ""))
     lines += ["", "## Environment", "", "```json", json.dumps(r.env, indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
+
+
+def fault_lines(said: Mapping[str, Any] | None) -> list[str]:
+    """``## Whose fault``: the failing cells counted by fault (:mod:`harness.answer.fault`), and what the spec's answer
+    they rest on covered (``environment.json``'s ``spec``)."""
+    if not isinstance(said, Mapping) or not isinstance(said.get("faults"), Mapping):
+        return []
+    lines = ["## Whose fault", "", fault.summary(said["faults"]), ""]
+    probes = said.get("probes") or {}
+    judged = (
+        f"The spec's answer: onnx {said.get('onnx') or '?'}'s checker (full check, strict shape inference) and reference "
+        f"evaluator judged {said.get('judged', 0):,} files ({said.get('checker_failed', 0):,} fail the checker); on their "
+        f"probes the evaluator agrees with torch {probes.get('agrees', 0):,} times, disagrees {probes.get('disagrees', 0):,} "
+        f"times and could not run {probes.get('failed', 0):,}."
+    )
+    unanswered = said.get("unanswered") or {}
+    if unanswered:
+        judged += " Not evaluated: " + "; ".join(f"{n} ({_md_escape(str(w))})" for w, n in sorted(unanswered.items())) + "."
+    if said.get("missing"):
+        judged += f" **Missing**: {_md_escape(str(said['missing']))}."
+    lines += [
+        judged + " How a fault is decided: the project's docs/reading-the-table.md, \"Whose fault\". Each "
+        "reproducer folder's ISSUE.md is an issue ready to file where the fault belongs.",
+        "",
+    ]
+    return lines
 
 
 def _tolerance_of(rec: ExportRecord) -> tuple[Any, ...]:
@@ -394,6 +421,7 @@ def case_pages(
             [
                 *_case_section(case, recs, df[df["case"] == case], table, columns, verdicts[case]),
                 *_ship_lines(case, (ship or {}).get(case), [w for w in rewrites if w.case == case]),
+                *_twin_lines(case, by_case, ship or {}),
                 *_own_findings(case, mine[case], cards or {}, pins, opsets),
                 footer,
                 "",
@@ -401,6 +429,20 @@ def case_pages(
         )
         for case, recs in by_case.items()
     }
+
+
+def _twin_lines(case: str, by_case: Mapping[str, list[ExportRecord]], ship: Mapping[str, str]) -> list[str]:
+    """The cases written as this one's fix (its fixed twins, or an architecture's fix candidates: the same model with a
+    setting its user controls), each with its own answer per runtime where it has one."""
+    twins = [c for c, recs in by_case.items() if recs[0].card.get("fixes") == case]
+    if not twins:
+        return []
+    lines = ["Its fix, measured beside it (each its own case, with its own verdicts):", ""]
+    for twin in twins:
+        title = by_case[twin][0].card.get("title")
+        said = f"- [{twin}]({twin}.md)" + (f" ({_md_escape(title)})" if title else "")
+        lines.append(said + (f": {_md_escape(ship[twin])}" if ship.get(twin) else ""))
+    return [*lines, ""]
 
 
 def _ship_lines(case: str, ship: str | None, rewrites: Sequence[Rewrite]) -> list[str]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.answer import fault
 from harness.answer.published import column_label, exported_with, runtime_order
 from harness.answer.recommend import UNMEASURED, Column, table_counts
 from harness.build.frontier import describe
@@ -115,6 +116,7 @@ def data(
     tables: Sequence[Mapping[str, Any]] = (),
     ship: Mapping[str, str] | None = None,
     rewrites: Sequence[Rewrite] = (),
+    ctx: schema.Context | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, compactly: every case's verdict at every option per runtime × provider
     (``verdicts``: the page answers for the cases its filter selects, as ``harness recommend`` does), the requests an
@@ -133,7 +135,7 @@ def data(
     case_index = {name: i for i, name in enumerate(case_names)}
     rows = [r for r in exports if r.case in case_index]
     statuses = sorted(Status, key=lambda s: s.severity)
-    packed = _pack(cells, rows, columns, statuses, strings, details)
+    packed = _pack(cells, rows, columns, statuses, strings, details, ctx or schema.Context())
     cards = {r.case: r.card for r in exports}
     return {
         "title": "PyTorch → ONNX compatibility matrix",
@@ -147,6 +149,7 @@ def data(
         "ship": dict(ship or {}),  # a case alone: the exporter and opset to ship per runtime (answer.models.by_runtime)
         "counts": dict(counts),
         "statuses": [[s.value, s.symbol, legend[s]] for s in statuses],  # the README's symbols: one set
+        "faults": list(fault.KINDS),  # a failing cell's fault, by index (harness.answer.fault)
         "columns": [
             {
                 "runtime": pin,
@@ -181,8 +184,11 @@ def _pack(
     statuses: Sequence[Status],
     strings: _Interned,
     details: _Interned,
+    ctx: schema.Context,
 ) -> list[list[Any]]:
-    """One short array per cell: ``[row, column, probe, status, details, latency]``, by index."""
+    """One short array per cell: ``[row, column, probe, status, details, latency, fault]``, by index (fault: its index
+    in :data:`harness.answer.fault.KINDS`, -1 for a cell that carries none)."""
+    fault_index = {k: i for i, k in enumerate(fault.KINDS)}
     row_index = {(r.case, r.exporter, r.opset): i for i, r in enumerate(rows)}
     col_index = {col: i for i, col in enumerate(columns)}
     status_index = {s: i for i, s in enumerate(statuses)}
@@ -194,7 +200,8 @@ def _pack(
         lat = c.latency
         latency = [float(f"{lat.median_ms:.4g}"), float(f"{lat.p90_ms:.4g}"), lat.runs, int(lat.stable)] if lat else 0
         column = col_index[(c.runtime, c.provider)]
-        packed.append([row, column, strings(c.probe), status_index[c.status], details(schema.detail(c)), latency])
+        kind = fault_index.get(str((ctx.fault(c) or {}).get("kind")), -1)
+        packed.append([row, column, strings(c.probe), status_index[c.status], details(schema.detail(c, ctx)), latency, kind])
     return packed
 
 

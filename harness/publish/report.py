@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import lookup, models, published, recommend
+from harness.answer import fault, lookup, models, published, recommend
 from harness.answer.published import (
     CASES,
     REWRITES,
@@ -53,7 +53,7 @@ from harness.answer.published import (
     why,
     worst,
 )
-from harness.build import cache, frontier, layout, stamps
+from harness.build import cache, frontier, layout, spec, stamps
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
@@ -179,12 +179,22 @@ def build(
         summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
     try:
         stamps.write_report_stamp(out, profile, results, builtin)
+        _stamp_spec(out, profile)
     except OSError as exc:
         raise HarnessError(
             f"report: {results} is written, but its stamp in {out} is not ({exc.strerror or exc}): "
             "the next `nox -s matrix` writes the report again"
         ) from None
     return summary
+
+
+def _stamp_spec(out: Path, profile: Profile) -> None:
+    """The report's stamp also records the hash of the spec's answer it read (``build/spec.json``): the plan reports
+    again when that file changes."""
+    path = layout.report_stamp(out, profile.name)
+    stamp = cache.read_json(path)
+    if isinstance(stamp, dict):
+        cache.write_json(path, {**stamp, "spec": spec.sha256(out)})
 
 
 def _build(
@@ -206,8 +216,11 @@ def _build(
     cells = sorted(spread(raw, exports), key=lambda c: c.key)
     constraints = {rt.pin: rt.constraints for rt in profile.runtimes}
     loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
-    repros = write_repros(out, results, cells, exports, constraints, stage, loads)
-    ctx = _context(repros)
+    facts, spec_missing = spec.read(out, exports)
+    faults = fault.assign(cells, facts, loads, runtime_order(rt.pin for rt in profile.runtimes), spec_missing)
+    by_cell = {key: {**dataclasses.asdict(f), "said": f.said} for key, f in faults.items()}
+    repros = write_repros(out, results, cells, exports, constraints, stage, loads, faults=faults)
+    ctx = _context(repros, by_cell)
     _write_lines(stage, results / "matrix.jsonl", (schema.published(c, ctx) for c in sorted(raw, key=lambda c: c.key)))
     cards = _cards(exports)
     stage.write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
@@ -215,6 +228,7 @@ def _build(
     runs = [p for p in (out / layout.MANIFEST, *(layout.shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     manifest = json.loads((out / layout.MANIFEST).read_text())
     environment = _environment(out, results, raw, profile, manifest, runs, wall, len(cells), len(repros), problems)
+    environment["spec"] = _spec_said(out, facts, spec_missing, faults)
 
     df = pd.DataFrame([schema.row(c, ctx) for c in cells])
     providers = df["provider"].nunique()
@@ -226,7 +240,7 @@ def _build(
     names = list(chosen.cases)
     figures = _plots(stage, results, folded, markdown.runtime_order(df["column"]), names, _runtime_axis(profile))
     rewritten = {(w.case, w.exporter, w.asked): w.wrote for w in rewrites}
-    cols = recommend.columns(cells, loads, rewritten)
+    cols = recommend.columns(cells, loads, rewritten, {k: f.fixed_in for k, f in faults.items() if f.fixed_in})
     safe = [recommend.combine(col, names, chosen.said) for col in cols]  # the one answer, for the safe models
     # What each runtime loads, without the seconds its measure took: a republish that moved no verdict leaves it as it was.
     timeless = {pin: {k: v for k, v in r.items() if k != "seconds"} for pin, r in loads.items()}
@@ -247,7 +261,7 @@ def _build(
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
         frontier=loads, verdicts=cols, beside=beside, home=_home(results), tables=tables, rewrites=rewrites,
-        ship=ship,
+        ship=ship, ctx=ctx,
     )  # fmt: skip
     stage.write_text(results / "index.html", page.render(payload))
 
@@ -462,13 +476,44 @@ def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[
     return lines
 
 
-def _context(repros: Mapping[str, str]) -> schema.Context:
-    """What the published fields need beyond the cell: its reproducer's folder (only a failing cell's) and which
-    providers are NVIDIA ones (a GPU cell names its GPU)."""
+def _context(repros: Mapping[str, str], faults: Mapping[str, Mapping[str, Any]]) -> schema.Context:
+    """What the published fields need beyond the cell: its reproducer's folder (only a failing cell's), which
+    providers are NVIDIA ones (a GPU cell names its GPU) and whose fault a failing cell is."""
     return schema.Context(
         repro=lambda c: repros.get(c.artifact.id) if c.status in FAILING else None,
         nvidia=lambda provider: runtimes.provider(provider).nvidia,
+        fault=lambda c: faults.get(c.key),
     )
+
+
+def _spec_said(
+    out: Path, facts: Mapping[str, Mapping[str, Any]], missing: str | None, faults: Mapping[str, fault.Fault]
+) -> dict[str, Any]:
+    """``environment.json``'s ``spec``: the onnx release whose checker and reference evaluator judged the files, how
+    many it answered for, why not the others, and the faults counted (the README's summary)."""
+    data = _mapping(cache.read_json(spec.facts_path(out)))
+    unanswered: dict[str, int] = {}
+    for f in facts.values():
+        if f.get("unanswered"):
+            reason = str(f["unanswered"]).split(":")[0]
+            unanswered[reason] = unanswered.get(reason, 0) + 1
+    probes = {"agrees": 0, "disagrees": 0, "failed": 0}
+    for f in facts.values():
+        for verdict in (f.get("probes") or {}).values():
+            probes[verdict["verdict"]] += 1
+    said: dict[str, Any] = {
+        "onnx": data.get("onnx"),
+        "judged": len(facts),
+        "evaluated": sum(1 for f in facts.values() if not f.get("unanswered")),
+        "probes": probes,
+        "checker_failed": sum(1 for f in facts.values() if f.get("checker") not in (None, "ok")),
+        "faults": fault.counts(faults.values()),
+    }
+    if unanswered:
+        said["unanswered"] = unanswered
+    if missing:
+        said["missing"] = missing
+    return said
 
 
 def _write_lines(stage: Publication, path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -22,6 +22,8 @@ FAMILIES = (
     "gpt2", "gpt_neo", "gptj", "opt", "bloom", "falcon", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
     # encoder-decoders
     "t5", "bart", "marian", "whisper",
+    # fix candidates: a family built with a setting its user controls, where that setting changes the outcome
+    "t5_eager",
     # vision
     "vit", "deit", "beit", "swin", "convnext", "resnet", "mobilenet_v2", "efficientnet", "segformer", "detr", "yolos",
     "dinov2",

@@ -125,8 +125,9 @@ def decoder(name: str, title: str, cls: str, config_cls: str, config: Mapping[st
 
 
 @family
-def seq2seq(name: str, title: str, cls: str, config_cls: str, config: Mapping[str, Any]) -> None:
-    """An encoder-decoder's forward pass: source ids and mask, target ids of their own length."""
+def seq2seq(name: str, title: str, cls: str, config_cls: str, config: Mapping[str, Any], **kw: Any) -> None:
+    """An encoder-decoder's forward pass: source ids and mask, target ids of their own length (``kw``: the case's
+    other fields, ``fixes`` for a fix candidate)."""
 
     def inputs(seq: int, target: int, padded: int = 0, seed: int = 0) -> dict[str, Any]:
         return {**_text(seq, padded, seed), "decoder_input_ids": randint(1, VOCAB, 2, target, seed=seed + 5)}
@@ -138,6 +139,7 @@ def seq2seq(name: str, title: str, cls: str, config_cls: str, config: Mapping[st
         lambda: inputs(16, 7),
         probes=lambda: {"seq9_padded": inputs(9, 4, padded=3, seed=1)},
         dynamic={**TEXT_DYNAMIC, "decoder_input_ids": {0: "batch", 1: "target"}},
+        **kw,
     )
 
 

@@ -1,7 +1,7 @@
 """GPT-J (``GPTJModel``): rotary positions on part of each head (interleaved), attention and MLP in parallel.
-Eager attention only. Prefill: batch and sequence dynamic, mask as input, ``use_cache=False``. Decode step: one token, the mask
-over past and new positions, each layer's past keys and values in and grown ones out (batch and past
-length dynamic)."""
+SDPA attention (what transformers builds for it by default). Prefill: batch and sequence dynamic, mask as input,
+``use_cache=False``. Decode step: one token, the mask over past and new positions, each layer's past keys and values
+in and grown ones out (batch and past length dynamic)."""
 
 from models.architectures._family import decoder
 

@@ -1,6 +1,7 @@
 """T5 (``T5Model``): encoder-decoder with a bucketed relative-position bias shared across layers, RMS layer norm, no
-attention scaling. Eager attention only. Export: the encoder-decoder's forward pass, source ids and mask and
-target ids, each of its own dynamic batch and length."""
+attention scaling. SDPA attention (what transformers builds for it by default); its fix candidate ``t5_eager`` is the
+same model built with ``attn_implementation="eager"``. Export: the encoder-decoder's forward pass, source ids and mask
+and target ids, each of its own dynamic batch and length."""
 
 from models.architectures._family import seq2seq
 

@@ -28,7 +28,12 @@ def _wrap(text: str, first: str, rest: str) -> list[str]:
 
 
 def readme(
-    rec: ExportRecord, probes: list[str], cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]], weightless: bool
+    rec: ExportRecord,
+    probes: list[str],
+    cells: list[CellRecord],
+    constraints: Mapping[str, tuple[str, ...]],
+    weightless: bool,
+    ctx: schema.Context | None = None,
 ) -> str:
     """The text of one folder's README.txt: the artifact, its probes and tolerance, its failing cells, the commands."""
     asked = rec.opset_asked or rec.opset
@@ -51,7 +56,7 @@ def readme(
         "",
         "Failing cells it reproduces (runtimes that share a failure are grouped):",
         "",
-        *_cell_lines(cells, probes),
+        *_cell_lines(cells, probes, ctx or schema.Context()),
         "",
         "Reproduce, one fresh environment per runtime pin (exit status 1: the failure reproduced; 0: every probe passes):",
         "",
@@ -126,15 +131,16 @@ def _others() -> tuple[schema.Field, ...]:
     return tuple(f for f in schema.failing_columns() if f.column and f.column.link is None and f.name not in _OWN_LOOK)
 
 
-def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
+def _cell_lines(cells: list[CellRecord], probes: list[str], ctx: schema.Context | None = None) -> list[str]:
     """One line per (runtimes, provider, probes, status, error): runtimes sharing all of it are listed together."""
     lines: list[str] = []
     order = {p: i for i, p in enumerate(probes)}
     others = _others()
+    ctx = ctx or schema.Context()
     groups: dict[tuple[Any, ...], dict[str, set[str]]] = {}
     for c in cells:
         opt = "" if c.optimizer is None else str(bool(c.optimizer))
-        more = tuple(_value(f, c) for f in others)
+        more = tuple(_value(f, c, ctx) for f in others)
         what = (c.provider, c.status.value, c.error_line or "", c.localization or "", opt, more)
         groups.setdefault(what, {}).setdefault(c.runtime, set()).add(c.probe)
     merged: dict[tuple[Any, ...], list[str]] = {}
@@ -161,10 +167,10 @@ def _cell_lines(cells: list[CellRecord], probes: list[str]) -> list[str]:
     return lines
 
 
-def _value(field: schema.Field, cell: CellRecord) -> str:
+def _value(field: schema.Field, cell: CellRecord, ctx: schema.Context) -> str:
     """A column's value as text ("" when the cell has none)."""
     get = field.row or field.jsonl
-    value = get(cell, schema.Context()) if get is not None else None
+    value = get(cell, ctx) if get is not None else None
     return "" if value is None else str(value)
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.answer.fault import Fault
 from harness.build import cache, frontier, layout
+from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.publish.repro._files import (
     SCRIPT,
@@ -21,6 +23,7 @@ from harness.publish.repro._files import (
     published_model,
     recorded,
 )
+from harness.publish.repro._issue import frontier_issue, issue
 from harness.publish.repro._readme import frontier_readme, readme
 from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import Publication
@@ -47,6 +50,8 @@ def write_repros(
     constraints: Mapping[str, tuple[str, ...]],
     stage: Publication | None = None,
     loads: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    faults: Mapping[str, Fault] | None = None,
 ) -> dict[str, str]:
     """Write ``results/repro/<artifact id>/`` into ``stage`` for every artifact with a failing cell; return
     artifact id → its folder relative to ``results`` (``"repro/nan_topk.dynamo.op18"``). Without ``stage``,
@@ -65,13 +70,17 @@ def write_repros(
     (never a link into the build folder, which a later export or edit may change) of bytes checked
     against the hashes the export recorded as they are read.
 
+    With ``faults`` (cell key → :class:`harness.answer.fault.Fault`), each folder's README names each cell's fault and
+    its ISSUE.md is the text of an issue ready to file where the fault belongs (nothing is posted anywhere).
+
     Raises:
         HarnessError: an artifact's file is not the one the export recorded.
     """
+    faults = faults or {}
     if stage is None:
         alone = Publication(results)
         try:
-            at_once = write_repros(build, results, cells, exports, constraints, alone, loads)
+            at_once = write_repros(build, results, cells, exports, constraints, alone, loads, faults=faults)
             alone.commit()
         except BaseException:
             alone.abort()
@@ -91,12 +100,12 @@ def write_repros(
             shared.setdefault(name, []).extend(cells_)
             written[art_id] = f"{REPRO_DIR}/{SHARED}/{name}"
             continue
-        files = None if rec is None else _folder(build, rec, cells_, constraints)
+        files = None if rec is None else _folder(build, rec, cells_, constraints, faults)
         if files is not None:
             _install(stage, results / REPRO_DIR / art_id, files)
             written[art_id] = f"{REPRO_DIR}/{art_id}"
     for name, cells_ in sorted(shared.items()):
-        _install(stage, results / REPRO_DIR / SHARED / name, _shared_folder(build, name, cells_, constraints))
+        _install(stage, results / REPRO_DIR / SHARED / name, _shared_folder(build, name, cells_, constraints, faults))
     return written
 
 
@@ -113,7 +122,9 @@ def _shared_name(build: Path, rec: ExportRecord, cells: list[CellRecord], loads:
     return name if (frontier.models_dir(build) / f"{name}.onnx").is_file() else None
 
 
-def _shared_folder(build: Path, name: str, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> Files:
+def _shared_folder(
+    build: Path, name: str, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]], faults: Mapping[str, Fault]
+) -> Files:
     """The frontier's model ``name`` (checked against its index), one test set (``y = x + x``), the README naming every
     artifact and runtime it stands for, and repro.json."""
     folder = frontier.models_dir(build)
@@ -126,11 +137,18 @@ def _shared_folder(build: Path, name: str, cells: list[CellRecord], constraints:
         "test_data_set_0/output_0.pb": encode_tensor(x + x, "y"),
         "test_data_set_0/probe.txt": b"example\n",
         "README.txt": frontier_readme(name, cells, constraints).encode("utf-8"),
+        "ISSUE.md": frontier_issue(name, cells, faults).encode("utf-8"),
         "repro.json": parameters_of(f"{SHARED}/{name}", 0.0, 0.0, None, {}),
     }
 
 
-def _folder(build: Path, rec: ExportRecord, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> Files | None:
+def _folder(
+    build: Path,
+    rec: ExportRecord,
+    cells: list[CellRecord],
+    constraints: Mapping[str, tuple[str, ...]],
+    faults: Mapping[str, Fault],
+) -> Files | None:
     """Every file of one artifact's folder but repro.py, or None where it gets none (no model.onnx: an export-fail;
     references that cannot be read or encoded).
 
@@ -147,8 +165,20 @@ def _folder(build: Path, rec: ExportRecord, cells: list[CellRecord], constraints
     except (TypeError, ValueError, OSError, KeyError):
         return None
     models = model_files(src, rec, all(c.status is Status.LOAD_FAIL for c in cells))
-    text = readme(rec, probes, cells, constraints, weightless=ZEROS in models)
-    return {**sets, **models, "README.txt": text.encode("utf-8"), "repro.json": parameters(rec)}
+    ctx = schema.Context(fault=lambda c: _said(faults.get(c.key)))
+    text = readme(rec, probes, cells, constraints, weightless=ZEROS in models, ctx=ctx)
+    filed = issue(rec, cells, constraints, faults)
+    return {
+        **sets,
+        **models,
+        "README.txt": text.encode("utf-8"),
+        "ISSUE.md": filed.encode("utf-8"),
+        "repro.json": parameters(rec),
+    }
+
+
+def _said(f: Fault | None) -> dict[str, Any] | None:
+    return None if f is None else {"kind": f.kind, "said": f.said}
 
 
 def _install(stage: Publication, target: Path, files: Files) -> None:
