@@ -542,7 +542,7 @@ def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
     from harness.spec import stage as spec
 
     signal.signal(signal.SIGTERM, _interrupted)
-    facts = spec.judge_all(out, workers=args.workers, force=args.force)
+    facts = spec.judge_all(out, workers=args.workers, force=args.force, onnx_pin=matrix.export.onnx)
     said = [f for f in facts.values() if f.get("unanswered") is None]
     print(f"spec: {len(facts)} artifacts, {len(said)} evaluated → {out / 'spec.json'}")
     return 0

@@ -140,7 +140,7 @@ def test_a_file_wrong_per_spec_is_the_exporters(tmp_path: Path) -> None:
     assert cell.status is Status.MISMATCH and cell.optimizer is False  # the runtime is wrong with it, optimized or not
     assert fact["checker"] == "ok" and fact["probes"]["example"]["verdict"] == "disagrees"
     found = _fault_of(cell, fact)
-    assert found.kind == "exporter" and "disagrees with torch per the spec's evaluator" in found.why
+    assert found.kind == "exporter" and "disagrees with torch per the spec's evaluator and the runtimes" in found.why
 
 
 def test_a_runtime_only_failure_is_the_runtimes(tmp_path: Path) -> None:
@@ -199,20 +199,39 @@ def test_a_refusal_the_frontier_explains_is_the_frontiers_and_an_export_failure_
     assert fault.assign([passing], {}, loads, [PIN]) == {}  # a pass carries no fault
 
 
-def test_fixed_in_is_the_first_later_runtime_that_passes_the_same_probe() -> None:
+def test_fixed_in_is_the_first_later_runtime_from_which_every_measured_one_passes() -> None:
     pins = ["onnxruntime==1.20.1", "onnxruntime==1.23.2", "onnxruntime==1.24.4", "onnxruntime==1.32.0"]
     agrees = {"checker": "ok", "probes": {"example": {"verdict": "agrees", "max_abs": 0.0}}, "unanswered": None}
     base = CellRecord("llama", "dynamo", 23, pins[0], "cpu", "example", Status.RUN_FAIL, Stage.RUN)
-    statuses = [Status.RUN_FAIL, Status.RUN_FAIL, Status.PASS, Status.RUN_FAIL]
-    cells = [base.replace(runtime=p, status=s) for p, s in zip(pins, statuses, strict=True)]
-    found = fault.assign(cells, {base.artifact.id: agrees}, {}, pins)
-    first = found[cells[0].key]
-    assert (first.kind, first.fixed_in, first.last_failing) == ("runtime", "1.24.4", "1.23.2")
+    fail, ok = Status.RUN_FAIL, Status.PASS
+
+    def assigned(*statuses: Status) -> list[fault.Fault]:
+        cells = [base.replace(runtime=p, status=s) for p, s in zip(pins, statuses, strict=True)]
+        found = fault.assign(cells, {base.artifact.id: agrees}, {}, pins)
+        return [found[c.key] for c in cells if c.key in found]
+
+    first, second = assigned(fail, fail, ok, ok)
+    said = ("runtime", "1.24.4", "1.23.2")
+    assert (first.kind, first.fixed_in, first.last_failing) == said == (second.kind, second.fixed_in, second.last_failing)
     assert "passes from 1.24.4 (fails up to 1.23.2)" in first.said
-    assert found[cells[3].key].fixed_in is None  # failing again on the newest: no later runtime passes
-    counted = fault.counts(found.values())
-    assert counted == {**dict.fromkeys(fault.KINDS, 0), "runtime": 3, "runtime_fixed": 2, "optimizer_fixed": 0}
-    assert fault.summary(counted).startswith("Of 3 failing cells, 0 are the file's (the exporter's), 3 the runtime's (2 of")
+    # Failing again on the newest: no runtime from which it passes for good, so none is named.
+    assert [f.fixed_in for f in assigned(fail, fail, ok, fail)] == [None, None, None]
+    # A runtime that measured nothing (its provider unavailable) neither fails nor passes.
+    (only,) = assigned(fail, Status.UNAVAILABLE, ok, ok)
+    assert (only.fixed_in, only.last_failing) == ("1.24.4", "1.20.1")
+    counted = fault.counts([first, second])
+    assert counted == {**dict.fromkeys(fault.KINDS, 0), "runtime": 2, "runtime_fixed": 2, "optimizer_fixed": 0}
+    assert fault.summary(counted).startswith("Of 2 failing cells, 0 are the file's (the exporter's), 2 the runtime's (2 of")
+
+
+def test_a_disagreement_no_runtime_confirmed_is_undetermined(tmp_path: Path) -> None:
+    """The evaluator disagrees with torch, and no runtime ran the probe (each refused the file at load): the
+    evaluator's word alone does not make it the file's fault (bfloat16 models, off by one bf16 step, read so)."""
+    cell, fact = _judge(tmp_path, "wrong", wrong_per_spec())
+    refused = cell.replace(status=Status.LOAD_FAIL, optimizer=None, error_line="NOT_IMPLEMENTED")
+    found = _fault_of(refused, fact)
+    assert found.kind == "undetermined" and found.why.startswith("only the spec's evaluator ran this probe")
+    assert _fault_of(refused, fact, [cell.replace(runtime="onnxruntime==9.9.9")]).kind == "exporter"  # one ran it
 
 
 def test_the_spec_stage_caches_seals_and_is_planned(tmp_path: Path) -> None:

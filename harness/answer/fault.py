@@ -8,14 +8,16 @@ runtime. The rule, first match wins:
    what that runtime loads).
 2. ``optimizer``: the cell passes with graph optimizations disabled.
 3. ``exporter``: the export wrote no file (``export-fail``) or fell back to tracing (``fallback``); the file fails the
-   checker; or the spec's evaluator disagrees with torch on this probe (or the file's own signature refuses torch's
-   inputs) while no runtime of the table passes it.
+   checker; the file's own signature refuses torch's inputs (a frozen dimension, an input the model does not take);
+   or the spec's evaluator disagrees with torch on this probe, a runtime that ran it disagrees too, and none passes.
 4. ``runtime``: the spec's evaluator agrees with torch on this probe and this runtime does not (a mismatch, a
    failure to run, a crash, a timeout, a refusal at load within its frontier).
-5. ``undetermined``: the spec could not answer (why is said), or it disagrees with torch where some runtime agrees.
+5. ``undetermined``: the spec could not answer (why is said); or it disagrees with torch where some runtime agrees,
+   or where no runtime ran the probe to confirm it (a disagreement of the evaluator alone is not the file's fault).
 
-A ``runtime`` or ``optimizer`` fault also says the first later runtime of the same package and provider on which
-the same artifact's probe passes (``fixed_in``) and the last one before it that fails. Plain Python.
+A ``runtime`` or ``optimizer`` fault also says the first later runtime of the same package and provider from which
+the same artifact's probe passes on every measured runtime (``fixed_in``) and the last one before it that fails.
+Plain Python.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.build import frontier
+from harness.config import runtimes as runtimes_of
 from harness.core.records import CellRecord, Status
 
 KINDS = ("exporter", "runtime", "optimizer", "frontier", "undetermined")
@@ -50,8 +53,8 @@ class Fault:
     why: str
     """The evidence, in one line."""
     fixed_in: str | None = None
-    """For a runtime's or optimizer's fault: the first later runtime version (same package and provider) on which
-    this probe of this artifact passes."""
+    """For a runtime's or optimizer's fault: the first later runtime version (same package and provider) from which
+    this probe of this artifact passes on every measured runtime."""
     last_failing: str | None = None
     """The last runtime version before :attr:`fixed_in` on which it fails."""
 
@@ -79,21 +82,32 @@ def assign(
         missing: Why the spec's answer is missing where it is (said by an ``undetermined`` fault).
     """
     passing: dict[tuple[str, str], list[str]] = {}
+    computed: set[tuple[str, str]] = set()  # probes some runtime ran to the end and found different from torch
     for c in cells:
         if c.status is Status.PASS:
             passing.setdefault((c.artifact.id, c.probe), []).append(c.runtime)
+        elif c.status is Status.MISMATCH:
+            computed.add((c.artifact.id, c.probe))
     found: dict[str, Fault] = {}
     for c in cells:
         if c.status not in FAULTED or c.runtime_wide:
             continue
-        fault = _fault(c, facts.get(c.artifact.id), loads.get(c.runtime), passing.get((c.artifact.id, c.probe), []), missing)
-        found[c.key] = fault
+        where = (c.artifact.id, c.probe)
+        fact, frontier_of = facts.get(c.artifact.id), loads.get(c.runtime)
+        found[c.key] = _fault(c, fact, frontier_of, passing.get(where, []), where in computed, missing)
     return _fixed(cells, found, runtimes)
 
 
 def _fault(
-    c: CellRecord, fact: Mapping[str, Any] | None, loads: Mapping[str, Any] | None, passing: list[str], missing: str | None
+    c: CellRecord,
+    fact: Mapping[str, Any] | None,
+    loads: Mapping[str, Any] | None,
+    passing: list[str],
+    confirmed: bool,
+    missing: str | None,
 ) -> Fault:
+    """One failing cell's fault (the module's rule); ``passing``: the runtimes that pass its probe of its artifact;
+    ``confirmed``: a runtime ran that probe and found it different from torch."""
     if c.status is Status.EXPORT_FAIL:
         return Fault("exporter", f"the exporter wrote no file ({c.error_line or c.error_class or 'no reason given'})")
     if c.status is Status.FALLBACK:
@@ -119,10 +133,14 @@ def _fault(
             return Fault("undetermined", f"{line}; no runtime of the table runs this probe either")
         return Fault("undetermined", line)
     if verdict["verdict"] == "disagrees":
+        if verdict.get("signature"):  # the file's own declaration refuses torch's inputs: no computation to doubt
+            return Fault("exporter", f"the file cannot take torch's inputs: {line}")
         if passing:
             others = ", ".join(sorted({p.split("==")[-1] for p in passing})[:3])
             return Fault("undetermined", f"contested: the spec's evaluator disagrees with torch ({line}), yet {others} passes")
-        return Fault("exporter", f"the file disagrees with torch per the spec's evaluator: {line}")
+        if not confirmed:
+            return Fault("undetermined", f"only the spec's evaluator ran this probe, and it disagrees with torch ({line})")
+        return Fault("exporter", f"the file disagrees with torch per the spec's evaluator and the runtimes: {line}")
     return Fault("runtime", f"the spec's evaluator agrees with torch on this file (max abs {_g(verdict.get('max_abs'))})")
 
 
@@ -146,18 +164,30 @@ def _fixed(cells: Sequence[CellRecord], found: dict[str, Fault], runtimes: Seque
             continue
         seen = by_place[(c.artifact.id, c.probe, c.provider, _package(c.runtime))]
         later = sorted((pin for pin in seen if pin in order and order[pin] > order[c.runtime]), key=order.__getitem__)
-        fix = next((pin for pin in later if seen[pin] is Status.PASS), None)
-        if fix is None:
+        fix = _passes_from(later, seen)
+        failed = [pin for pin in seen if pin in order and fix and order[pin] < order[fix] and seen[pin] in FAULTED]
+        last = max(failed, key=order.__getitem__, default=None)
+        if fix is None or last is None:
             out[c.key] = fault
             continue
-        before = [pin for pin in seen if pin in order and order[pin] < order[fix] and seen[pin] is not Status.PASS]
-        last = max(before, key=order.__getitem__)
         out[c.key] = dataclasses.replace(fault, fixed_in=_version(fix), last_failing=_version(last))
     return out
 
 
+def _passes_from(later: list[str], seen: Mapping[str, Status]) -> str | None:
+    """The first of ``later`` (oldest first) from which every measured runtime passes (skipped, unavailable and
+    broken environments measured nothing); None where the newest measured one does not pass."""
+    measured = [pin for pin in later if seen[pin] is Status.PASS or seen[pin] in FAULTED]
+    fix = None
+    for pin in reversed(measured):
+        if seen[pin] is not Status.PASS:
+            break
+        fix = pin
+    return fix
+
+
 def _package(pin: str) -> str:
-    return pin.split("==")[0]
+    return runtimes_of.package_of(pin)
 
 
 def _version(pin: str) -> str:

@@ -65,19 +65,27 @@ def _signature(inputs: list[Any], given: dict[str, Any], probe: str) -> dict[str
     for spec_input in inputs:
         name = spec_input.name
         if name not in given:
-            return {"verdict": "disagrees", "line": f"the file asks for input {name!r}, which the model does not take"}
+            return {
+                "verdict": "disagrees",
+                "signature": True,
+                "line": f"the file asks for input {name!r}, which the model does not take",
+            }
         value = np.asarray(given[name])
         (dtype,) = _declared([spec_input])
         if dtype is not None and value.dtype != dtype:
-            return {"verdict": "disagrees", "line": f"the file declares input {name!r} {dtype}; torch takes {value.dtype}"}
+            line = f"the file declares input {name!r} {dtype}; torch takes {value.dtype}"
+            return {"verdict": "disagrees", "signature": True, "line": line}
         if not spec_input.type.HasField("tensor_type") or not spec_input.type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in spec_input.type.tensor_type.shape.dim]
+        # A symbolic, unknown or negative dimension is free; a positive one is fixed.
+        shape = spec_input.type.tensor_type.shape.dim
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in shape]
         fixed = len(dims) != value.ndim or any(d is not None and d != n for d, n in zip(dims, value.shape, strict=False))
         if fixed:
             shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
             return {
                 "verdict": "disagrees",
+                "signature": True,
                 "line": f"the file declares input {name!r} as {shown}; probe {probe!r} gives {list(value.shape)} "
                 "(the export froze it)",
             }
@@ -102,8 +110,8 @@ def _probe(
             }
     ok, stats = compare(layout.probe_outputs(ref, probe), outs, **tolerance)
     said: dict[str, Any] = {"verdict": "agrees" if ok else "disagrees", "max_abs": stats.max_abs}
-    if not ok:
-        said["line"] = describe(stats)
+    if not ok:  # the comparison's words name the other side "runtime": here it is the evaluator
+        said["line"] = describe(stats).replace(", runtime ", ", evaluator ")
     return said
 
 

@@ -18,15 +18,24 @@ from typing import Any
 
 from harness.build import cache, layout, spec
 from harness.core.errors import HarnessError
-from harness.core.records import ExportRecord
+from harness.core.records import ExportRecord, first_line
 from harness.pool.workers import run_tasks
 
 
-def judge_all(out: Path, *, workers: int = 0, force: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
+def judge_all(
+    out: Path,
+    *,
+    workers: int = 0,
+    force: bool = False,
+    echo: Callable[[str], None] = print,
+    onnx_pin: str | None = None,
+) -> dict[str, Any]:
     """Every artifact's fact; ``build/spec.json`` and its stamp written. ``workers`` 0: one per CPU core.
+    ``onnx_pin``: the onnx release matrix.toml pins for the export (the plan compares the stamp with it).
 
     Raises:
-        HarnessError: no export in ``out`` (or its manifest or stamp damaged).
+        HarnessError: no export in ``out`` (or its manifest or stamp damaged), or this environment's onnx is not
+            ``onnx_pin``.
     """
     records = layout.load_artifacts(out)
     stamp = cache.read_json(out / layout.EXPORT_STAMP)
@@ -34,6 +43,11 @@ def judge_all(out: Path, *, workers: int = 0, force: bool = False, echo: Callabl
     if not isinstance(artifacts, dict):
         raise HarnessError(f"{out / layout.EXPORT_STAMP}: missing or damaged; run the export first (`nox -s matrix`)")
     version = importlib.metadata.version("onnx")
+    if onnx_pin is not None and version != onnx_pin:
+        raise HarnessError(
+            f"spec: this environment holds onnx {version}, matrix.toml pins {onnx_pin} for the export; "
+            "run it with `nox -s spec`, whose environment holds the pin"
+        )
     code = spec.spec_code()
     facts: dict[str, dict[str, Any]] = {}
     todo: dict[str, tuple[ExportRecord, str]] = {}
@@ -64,12 +78,17 @@ def judge_all(out: Path, *, workers: int = 0, force: bool = False, echo: Callabl
         art_id = by_folder[outcome.task[0]]
         rec, key = todo[art_id]
         if outcome.kind == "ok":
-            fact = {**outcome.value, "digest": rec.digest, "onnx": version}
-        elif outcome.kind == "timeout":
-            fact = _unanswered(rec, version, f"the reference evaluator took over {spec.BUDGET_SECONDS:g} s (the budget)")
-        else:  # a crash or an error of the harness: that artifact's answer is lost, said as such
-            fact = _unanswered(rec, version, f"the spec stage's worker failed: {outcome.value}")
-        facts[art_id] = _store(out, key, fact)
+            facts[art_id] = _store(out, key, {**outcome.value, "digest": rec.digest, "onnx": version})
+            continue
+        # Out of budget, a worker's death or an error of the harness: that artifact's answer is lost, said as such.
+        # What depends on this machine and its load is never cached: the next run of the stage tries again.
+        if outcome.kind == "timeout":
+            why = f"the reference evaluator took over {spec.BUDGET_SECONDS:g} s (the budget)"
+        elif isinstance(outcome.value, tuple):  # an error: (type, message, traceback); the traceback is not said
+            why = f"the spec stage's worker failed: {outcome.value[0]}: {first_line(str(outcome.value[1]))}"
+        else:
+            why = f"the spec stage's worker failed: {first_line(str(outcome.value))}"
+        facts[art_id] = _unanswered(rec, version, why)
     spec.write(
         out,
         {"onnx": version, "budget_seconds": spec.BUDGET_SECONDS, "artifacts": facts},

@@ -15,7 +15,7 @@ from harness.answer.fault import Fault, tracker
 from harness.answer.published import runtime_key
 from harness.config import runtimes
 from harness.core.records import CellRecord, ExportRecord
-from harness.publish.repro._readme import MARKER
+from harness.publish.repro._readme import MARKER, tolerance_lines
 
 _FILED = ("exporter", "runtime", "optimizer")
 """The faults a tracker takes; ``frontier`` and ``undetermined`` are nothing to file."""
@@ -100,8 +100,9 @@ def _section(
         "",
         "## Expected",
         "",
-        f"The outputs torch computes for the same inputs (`test_data_set_*/output_*.pb`), within |out - ref| <= "
-        f"{float(rec.atol)!r} + {float(rec.rtol)!r} * |ref|.",
+        "The outputs torch computes for the same inputs (`test_data_set_*/output_*.pb`), within the tolerance:",
+        "",
+        *(f"    {line}" for line in tolerance_lines(rec)),
         "",
         "## Got",
         "",
@@ -112,7 +113,7 @@ def _section(
         f"Fault: **{kind}**.",
         "",
         *(f"- {w}" for w in why),
-        *_reading(kind),
+        *_reading(kind, why),
         "",
     ]
     if rec.card.get("symptom"):
@@ -126,7 +127,7 @@ def _title(rec: ExportRecord, kind: str, statuses: list[str], pins: list[str], p
     error = (first.error_line or "").strip()
     error = f": {error[:120]}" if error else ""
     if kind == "exporter":
-        return f"{rec.exporter} export of {model} writes a file that disagrees with the model ({what} on every runtime){error}"
+        return f"{rec.exporter} export of {model}: the file is not the model ({what} wherever it was run){error}"
     if kind == "optimizer":
         where = f"{_versions(pins, short=True)} ({', '.join(providers)})"
         return f"{where}: graph optimization changes the result of a valid model, {model}{error}"
@@ -166,7 +167,8 @@ def _got(cells: list[CellRecord]) -> list[str]:
     ]
 
 
-def _reading(kind: str) -> list[str]:
+def _reading(kind: str, why: list[str]) -> list[str]:
+    """What the evidence means, in the words of the evidence it is."""
     if kind == "runtime":
         return [
             "- The ONNX reference evaluator (`onnx.reference`) runs the same file on the same inputs and agrees with torch,",
@@ -174,9 +176,13 @@ def _reading(kind: str) -> list[str]:
         ]
     if kind == "optimizer":
         return ["- With graph optimizations disabled (`--disable-optimizations`) the same runtime passes."]
+    if any(w.startswith("the file fails onnx.checker") for w in why):
+        return ["- The file is not a valid ONNX model: no runtime owes it a result. Change the exporter, the opset or the model."]
+    if any(w.startswith("the exporter wrote no file") for w in why):
+        return ["- The exporter refused the model: there is no file to run. The case's card, where it has one, says the fix."]
     return [
-        "- Every runtime that runs this file is wrong with it: change the exporter, the opset or the model (the case's",
-        "  card says how), or report it where it belongs.",
+        "- The file computes something else than the model: any runtime that runs it right is wrong with it. Change the",
+        "  exporter, the opset or the model (the case's card, where it has one, says how).",
     ]
 
 

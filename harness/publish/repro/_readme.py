@@ -49,9 +49,7 @@ def readme(
     lines += [
         "",
         *_wrap(_flat(f"Probes (test_data_set_0, 1, ...): {', '.join(probes) or 'none'}."), "", ""),
-        f"Tolerance: |out - ref| <= atol + rtol * |ref| with atol {float(rec.atol)!r}, rtol {float(rec.rtol)!r}"
-        + (f", or max|out - ref| <= {float(rec.scaled)!r} * max|ref| for a floating output;" if rec.scaled else ";"),
-        *([_flat(f"per output: {rec.output_tolerance}")] if rec.output_tolerance else []),
+        *tolerance_lines(rec),
         "NaN must meet NaN, inf an inf of the same sign, and shapes and dtypes must agree.",
         "",
         "Failing cells it reproduces (runtimes that share a failure are grouped):",
@@ -65,6 +63,15 @@ def readme(
     if any(c.status in (Status.CRASH, Status.TIMEOUT) for c in cells):
         lines += ["", "A crash kills this process (signal, no summary line); a timeout makes it hang."]
     return "\n".join(lines) + "\n"
+
+
+def tolerance_lines(rec: ExportRecord) -> list[str]:
+    """The artifact's tolerance, as the cells were judged: the element-wise bound, the scaled one, each output's own."""
+    return [
+        f"Tolerance: |out - ref| <= atol + rtol * |ref| with atol {float(rec.atol)!r}, rtol {float(rec.rtol)!r}"
+        + (f", or max|out - ref| <= {float(rec.scaled)!r} * max|ref| for a floating output;" if rec.scaled else ";"),
+        *([_flat(f"per output: {rec.output_tolerance}")] if rec.output_tolerance else []),
+    ]
 
 
 def frontier_readme(name: str, cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> str:
