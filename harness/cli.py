@@ -539,12 +539,13 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
 
 
 def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.spec import stage as spec
+    from harness.build import spec
+    from harness.spec import stage
 
     signal.signal(signal.SIGTERM, _interrupted)
-    facts = spec.judge_all(out, workers=args.workers, force=args.force, onnx_pin=matrix.export.onnx)
+    facts = stage.judge_all(out, workers=args.workers, force=args.force, onnx_pin=matrix.export.onnx)
     said = [f for f in facts.values() if f.get("unanswered") is None]
-    print(f"spec: {len(facts)} artifacts, {len(said)} evaluated → {out / 'spec.json'}")
+    print(f"spec: {len(facts)} artifacts, {len(said)} evaluated → {spec.facts_path(out)}")
     return 0
 
 

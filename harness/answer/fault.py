@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.build import frontier
 from harness.config import runtimes as runtimes_of
+from harness.config.runtimes import package_of
 from harness.core.records import CellRecord, Status
 
 KINDS = ("exporter", "runtime", "optimizer", "frontier", "undetermined")
@@ -44,7 +45,7 @@ TRACKERS = {
     "runtime": "onnxruntime",
     "optimizer": "onnxruntime (its graph optimizer)",
 }
-"""Whose tracker a fault belongs to (a dynamo translation's bug is onnxscript's: :func:`tracker`)."""
+"""Whose tracker a fault belongs to by default (:func:`tracker` says where another project's is)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,11 @@ class Fault:
         """``runtime: the spec's evaluator agrees with torch (max abs 4.8e-07); passes from 1.24.4``."""
         fixed = f"; passes from {self.fixed_in} (fails up to {self.last_failing})" if self.fixed_in else ""
         return f"{self.kind}: {self.why}{fixed}"
+
+    def published(self) -> dict[str, Any]:
+        """What :attr:`harness.core.schema.Context.fault` gives the published fields: ``kind``, ``why``, ``fixed_in``,
+        ``last_failing`` and ``said``."""
+        return {**dataclasses.asdict(self), "said": self.said}
 
 
 def assign(
@@ -154,7 +160,7 @@ def _fixed(cells: Sequence[CellRecord], found: dict[str, Fault], runtimes: Seque
     order = {pin: i for i, pin in enumerate(runtimes)}
     by_place: dict[tuple[str, str, str, str], dict[str, Status]] = {}
     for c in cells:
-        by_place.setdefault((c.artifact.id, c.probe, c.provider, _package(c.runtime)), {})[c.runtime] = c.status
+        by_place.setdefault((c.artifact.id, c.probe, c.provider, package_of(c.runtime)), {})[c.runtime] = c.status
     out = {}
     for c in cells:
         fault = found.get(c.key)
@@ -162,7 +168,7 @@ def _fixed(cells: Sequence[CellRecord], found: dict[str, Fault], runtimes: Seque
             if fault is not None:
                 out[c.key] = fault
             continue
-        seen = by_place[(c.artifact.id, c.probe, c.provider, _package(c.runtime))]
+        seen = by_place[(c.artifact.id, c.probe, c.provider, package_of(c.runtime))]
         later = sorted((pin for pin in seen if pin in order and order[pin] > order[c.runtime]), key=order.__getitem__)
         fix = _passes_from(later, seen)
         failed = [pin for pin in seen if pin in order and fix and order[pin] < order[fix] and seen[pin] in FAULTED]
@@ -186,17 +192,18 @@ def _passes_from(later: list[str], seen: Mapping[str, Status]) -> str | None:
     return fix
 
 
-def _package(pin: str) -> str:
-    return runtimes_of.package_of(pin)
-
-
 def _version(pin: str) -> str:
     return pin.split("==")[-1]
 
 
-def tracker(kind: str, exporter: str) -> str:
+def tracker(kind: str, exporter: str, providers: Sequence[str] = (), pins: Sequence[str] = ()) -> str:
     """The project whose tracker a fault of ``kind`` belongs to: the file's fault is the TorchScript exporter's
-    (PyTorch) or dynamo's, whose op translations are onnxscript's."""
+    (PyTorch) or dynamo's, whose op translations are onnxscript's; a runtime's is native TensorRT's, the OpenVINO
+    provider's, or onnxruntime's, by the ``pins`` and ``providers`` of its cells."""
+    if kind in ("runtime", "optimizer") and any(package_of(p) == "tensorrt" for p in pins):
+        return "NVIDIA TensorRT (its ONNX parser and builder)"
+    if kind in ("runtime", "optimizer") and any(runtimes_of.provider(p).ep.startswith("OpenVINO") for p in providers):
+        return "OpenVINO (openvinotoolkit/openvino, its onnxruntime execution provider)"
     if kind == "exporter":
         return (
             "PyTorch (torch.onnx, TorchScript exporter)"

@@ -26,6 +26,7 @@ from typing import Any
 from harness.answer.published import consecutive, group_by, runtime_order, why, worst
 from harness.build import frontier
 from harness.config.matrix import version_tuple
+from harness.config.runtimes import package_of
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
 
@@ -242,7 +243,7 @@ def _upgrade(got: Sequence[CellRecord], fixes: Mapping[str, str]) -> str:
     if not failing or any(v is None for v in found):
         return ""
     newest = max((v for v in found if v is not None), key=version_tuple)
-    return f"; or upgrade to {failing[0].runtime.split('==')[0]} {newest}, where it passes"
+    return f"; or upgrade to {package_of(failing[0].runtime)} {newest}, where it passes"
 
 
 def passes(cells: Sequence[Any]) -> bool:

@@ -12,7 +12,6 @@ Standard library only: the noxfile's plan reads it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -141,6 +140,3 @@ def well_formed(fact: Mapping[str, Any]) -> bool:
         return False
     return all(isinstance(v, dict) and v.get("verdict") in (*VERDICTS, "failed") for v in probes.values())
 
-
-def dumps(fact: Mapping[str, Any]) -> str:
-    return json.dumps(fact, sort_keys=True)

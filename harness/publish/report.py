@@ -218,7 +218,7 @@ def _build(
     loads = frontier.read(out, [(rt.id, rt.pin) for rt in profile.runtimes])
     facts, spec_missing = spec.read(out, exports)
     faults = fault.assign(cells, facts, loads, runtime_order(rt.pin for rt in profile.runtimes), spec_missing)
-    by_cell = {key: {**dataclasses.asdict(f), "said": f.said} for key, f in faults.items()}
+    by_cell = {key: f.published() for key, f in faults.items()}
     repros = write_repros(out, results, cells, exports, constraints, stage, loads, faults=faults)
     ctx = _context(repros, by_cell)
     _write_lines(stage, results / "matrix.jsonl", (schema.published(c, ctx) for c in sorted(raw, key=lambda c: c.key)))
@@ -228,7 +228,7 @@ def _build(
     runs = [p for p in (out / layout.MANIFEST, *(layout.shard_path(out, rt, p) for rt, p in profile.shards())) if p.exists()]
     manifest = json.loads((out / layout.MANIFEST).read_text())
     environment = _environment(out, results, raw, profile, manifest, runs, wall, len(cells), len(repros), problems)
-    environment["spec"] = _spec_said(out, facts, spec_missing, faults)
+    environment["spec"] = _spec_said(facts, spec_missing, faults)
 
     df = pd.DataFrame([schema.row(c, ctx) for c in cells])
     providers = df["provider"].nunique()
@@ -486,23 +486,19 @@ def _context(repros: Mapping[str, str], faults: Mapping[str, Mapping[str, Any]])
     )
 
 
-def _spec_said(
-    out: Path, facts: Mapping[str, Mapping[str, Any]], missing: str | None, faults: Mapping[str, fault.Fault]
-) -> dict[str, Any]:
-    """``environment.json``'s ``spec``: the onnx release whose checker and reference evaluator judged the files, how
-    many it answered for, why not the others, and the faults counted (the README's summary)."""
-    data = _mapping(cache.read_json(spec.facts_path(out)))
+def _spec_said(facts: Mapping[str, Mapping[str, Any]], missing: str | None, faults: Mapping[str, fault.Fault]) -> dict[str, Any]:
+    """``environment.json``'s ``spec``: the onnx release whose checker and reference evaluator judged the files (each
+    fact names it), how many it answered for, why not the others, and the faults counted (the README's summary)."""
     unanswered: dict[str, int] = {}
+    probes = {"agrees": 0, "disagrees": 0, "failed": 0}
     for f in facts.values():
         if f.get("unanswered"):
             reason = str(f["unanswered"]).split(":")[0]
             unanswered[reason] = unanswered.get(reason, 0) + 1
-    probes = {"agrees": 0, "disagrees": 0, "failed": 0}
-    for f in facts.values():
         for verdict in (f.get("probes") or {}).values():
             probes[verdict["verdict"]] += 1
     said: dict[str, Any] = {
-        "onnx": data.get("onnx"),
+        "onnx": next((f.get("onnx") for f in facts.values()), None),
         "judged": len(facts),
         "evaluated": sum(1 for f in facts.values() if not f.get("unanswered")),
         "probes": probes,

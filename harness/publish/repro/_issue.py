@@ -66,7 +66,7 @@ def _section(
     first = cells[0]
     why = sorted({faults[c.key].why for c in cells if c.key in faults}) or ["no fault recorded"]
     fixed = sorted({f"{faults[c.key].fixed_in}" for c in cells if c.key in faults and faults[c.key].fixed_in})
-    where = _where(kind, rec.exporter, providers, pins)
+    where = tracker(kind, rec.exporter, providers, pins)
     title = _title(rec, kind, statuses, pins, providers, first)
     lines = [f"# {title}", ""]
     if kind not in _FILED:
@@ -138,14 +138,6 @@ def _title(rec: ExportRecord, kind: str, statuses: list[str], pins: list[str], p
 
 def _nothing(kind: str, why: list[str]) -> str:
     return "the evidence does not say whose bug it is" if kind == "undetermined" else why[0]
-
-
-def _where(kind: str, exporter: str, providers: list[str], pins: list[str]) -> str:
-    if kind in ("runtime", "optimizer") and any(runtimes.package_of(p) == "tensorrt" for p in pins):
-        return "NVIDIA TensorRT (its ONNX parser and builder)"
-    if kind in ("runtime", "optimizer") and any(runtimes.provider(p).ep.startswith("OpenVINO") for p in providers):
-        return "OpenVINO (openvinotoolkit/openvino, its onnxruntime execution provider)"
-    return tracker(kind, exporter)
 
 
 def _steps(cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) -> list[str]:

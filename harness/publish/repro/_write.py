@@ -165,7 +165,7 @@ def _folder(
     except (TypeError, ValueError, OSError, KeyError):
         return None
     models = model_files(src, rec, all(c.status is Status.LOAD_FAIL for c in cells))
-    ctx = schema.Context(fault=lambda c: _said(faults.get(c.key)))
+    ctx = schema.Context(fault=lambda c: f.published() if (f := faults.get(c.key)) else None)
     text = readme(rec, probes, cells, constraints, weightless=ZEROS in models, ctx=ctx)
     filed = issue(rec, cells, constraints, faults)
     return {
@@ -175,10 +175,6 @@ def _folder(
         "ISSUE.md": filed.encode("utf-8"),
         "repro.json": parameters(rec),
     }
-
-
-def _said(f: Fault | None) -> dict[str, Any] | None:
-    return None if f is None else {"kind": f.kind, "said": f.said}
 
 
 def _install(stage: Publication, target: Path, files: Files) -> None:
