@@ -352,7 +352,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     from harness.config.matrix import load
 
     matrix = load(args.matrix)
-    check_matrix(matrix)
     profile = matrix.profile(args.profile)
     out = Path(args.out)
     if args.command in TORCH_SCOPED:  # one torch release of a profile that lists them: its own matrix, build and table
@@ -413,25 +412,6 @@ def check_options(args: argparse.Namespace, root: Path | None = None) -> None:
         raise HarnessError(f"--timeout {timeout!r}: must be within 1..{BOUNDS['export.reference_timeout'][1]:.0f} seconds")
     if getattr(args, "command", None) != "reference" and getattr(args, "out", None) is not None:
         out_problem(args.out, root or Path(args.matrix).resolve().parent)
-
-
-def check_matrix(matrix: Matrix) -> None:
-    """What matrix.toml's reader lets through and the commands refuse, before anything is read or written: a torch
-    release that is not one the torch table can name (``02.07.01``: the grammar of ``--torch``,
-    :func:`harness.answer.published.is_release`). The noxfile checks it too, before any environment is made.
-
-    Raises:
-        HarnessError: the profile, the value, the fix.
-    """
-    from harness.answer.published import is_release
-
-    for prof in matrix.profiles.values():
-        for release in prof.torch:
-            if not is_release(release):
-                raise HarnessError(
-                    f"{matrix.path}: [profiles.{prof.name}] torch: {release!r} is not a torch release; write X.Y.Z as "
-                    'torch names it (e.g. "2.7.1": no leading zero, no +cpu or +cu tag)'
-                )
 
 
 def out_problem(out: str | os.PathLike[str], root: Path) -> None:

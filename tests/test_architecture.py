@@ -8,7 +8,12 @@ here is an import that really runs, and a module these rules cannot see cannot b
 from __future__ import annotations
 
 import ast
+import json
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,19 +62,144 @@ environment (``measure``); the report and ``recommend`` only read its files. Any
 MAX_MODULES = 9
 """The most modules (``__init__`` aside) one folder holds."""
 
+ROOT_MODULES = {"harness": "root", "harness.cli": "cli", "harness.__main__": "cli"}
+"""The modules at the package's root and the rule each follows: ``harness/__init__.py`` runs before every module
+of the package (in every environment), so it imports nothing of the harness; the command line may import anything.
+Any other module at the root is refused: a module belongs to a folder, which says what it may import."""
 
-def _modules() -> list[str]:
+RESOLVERS = {
+    "harness.pool.workers": "a task's ``module:function``, a literal string where the task is made (the graph sees it)",
+    "harness.run.backends.contract": "a runtime kind's backend, a literal string in the registry (config/runtimes.py)",
+    "harness.cases.corpus": "the user's corpus modules and a lazy case's factory: the user's code, keyed by its source",
+    "harness.cases.source": "the modules a case's source imports, to digest them: the user's code",
+    "harness.export._exporters": "the exporting libraries, for their versions (torch, onnx, onnxscript)",
+    "harness.config.matrix": "whether a corpus module matrix.toml names exists (``find_spec``: the user's code)",
+}
+"""The modules that may import a module whose name is computed, and what each resolves. Anywhere else a computed
+name (``import_module("harness.publish." + x)``) would be an import the graph, and so the keys and the rules
+above, cannot see; and nowhere may a computed name be built from a harness prefix."""
+
+_IMPORTERS = {"import_module", "__import__", "find_spec", "spec_from_file_location"}
+
+
+def _modules(package: Path = PACKAGE) -> list[str]:
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
         parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
         found.append(".".join(parts))
     return found
 
 
-def _folder(module: str) -> str | None:
+def _folder(module: str, package: Path = PACKAGE) -> str:
+    """The folder whose rules ``module`` follows: its first folder, or for a module at the root its rule
+    (:data:`ROOT_MODULES`), or ``"?"`` for a root module no rule knows."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else None
+    if len(parts) > 2 or (len(parts) == 2 and (package / parts[1]).is_dir()):
+        return parts[1]
+    return ROOT_MODULES.get(module, "?")
+
+
+def layering(package: Path = PACKAGE) -> list[str]:
+    """Every import, direct or through others (a module's computed closure), that breaks :data:`ALLOWED`."""
+    broken = []
+    for module in _modules(package):
+        mine = _folder(module, package)
+        if mine == "?":
+            broken.append(f"{module} is a module at the package's root: only cli and __main__ live there")
+            continue
+        if mine == "cli":
+            continue
+        if mine not in ALLOWED and mine != "root":
+            broken.append(f"{module} is in a folder the rules do not know ({mine})")
+            continue
+        allowed = {mine, "root"} | ALLOWED.get(mine, set())
+        for dep in code.closure(module, package=package):
+            theirs = _folder(dep, package)
+            if theirs == "cli":
+                broken.append(f"{module} imports the command line ({dep})")
+            elif theirs not in allowed:
+                how = "imports" if dep in code.imports(module, package) else "runs, through its imports,"
+                broken.append(f"{module} ({mine}) {how} {dep} ({theirs})")
+    return broken
+
+
+def _computed(call: ast.Call) -> str | None:
+    """What is wrong with a call that imports a module by name, or None: a literal name is an import the graph
+    sees (and checks); a computed one is allowed only in :data:`RESOLVERS`, and never built from a harness
+    prefix."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in _IMPORTERS or not call.args:
+        return None
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant):
+        return None
+    parts = [n.value for n in ast.walk(arg) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if any(p.startswith(code.ROOT) for p in parts):
+        return "a harness module by a computed name"
+    return "a module by a computed name"
+
+
+def computed_imports(package: Path = PACKAGE) -> list[str]:
+    """Every import of a computed name outside :data:`RESOLVERS`, and every one built from a harness prefix."""
+    broken = []
+    for module in _modules(package):
+        path = code.module_path(module, package)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            what = _computed(node) if isinstance(node, ast.Call) else None
+            if what is not None and (module not in RESOLVERS or what.startswith("a harness")):
+                broken.append(f"{module}:{node.lineno} imports {what}: name it in a literal string")
+    return broken
+
+
+def test_every_folder_imports_only_the_folders_below_it_directly_or_through_others() -> None:
+    assert not layering(), "\n".join(layering())
+
+
+def test_no_module_imports_a_computed_name_but_the_resolvers() -> None:
+    assert not computed_imports(), "\n".join(computed_imports())
+
+
+INJECTED = {
+    "a computed harness name in core": (
+        "core/errors.py",
+        "def _late(x):\n    import importlib\n    return importlib.import_module('harness.publish.' + x)\n",
+        computed_imports,
+        "harness.core.errors:",
+    ),
+    "the package's __init__ importing publish": (
+        "__init__.py",
+        "def _late():\n    from harness.publish import report\n    return report\n",
+        layering,
+        "harness (root) imports harness.publish",
+    ),
+    "core reaching answer through a new root module": (
+        "shared.py",
+        "from harness.answer import published\n",
+        layering,
+        "harness.core.errors (core) runs, through its imports, harness.answer",
+    ),
+}
+"""Imports the first layering test let through, each injected into a copy of the package: every one is refused."""
+
+
+@pytest.mark.parametrize("name", sorted(INJECTED))
+def test_an_injected_forbidden_import_is_refused(tmp_path: Path, name: str) -> None:
+    rel, source, check, expected = INJECTED[name]
+    package = tmp_path / code.ROOT
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    assert not check(package)
+    path = package / rel
+    path.write_text((path.read_text() if path.exists() else "") + "\n" + source)
+    if rel == "shared.py":  # and core imports it: core → a root module → answer
+        errors = package / "core" / "errors.py"
+        errors.write_text(errors.read_text() + "\n\ndef _shared():\n    from harness import shared\n    return shared\n")
+    found = check(package)
+    assert any(line.startswith(expected) for line in found), found
+    if rel == "shared.py":
+        assert "harness.shared is a module at the package's root: only cli and __main__ live there" in found
 
 
 def _external(module: str, top_level_only: bool) -> set[str]:
@@ -85,23 +215,6 @@ def _external(module: str, top_level_only: bool) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names.add(node.module.split(".")[0])
     return {n for n in names if n not in sys.stdlib_module_names and n not in ("harness", "__future__")}
-
-
-def test_every_folder_imports_only_the_folders_below_it() -> None:
-    broken = []
-    for module in _modules():
-        mine = _folder(module)
-        for dep in code.imports(module):
-            theirs = _folder(dep)
-            if dep.split(".")[1:2] == ["cli"] and module != "harness.__main__":
-                broken.append(f"{module} imports the command line ({dep})")
-            if mine is None or theirs is None or theirs == mine:
-                continue
-            if mine not in ALLOWED:
-                broken.append(f"{module} is in a folder the rules do not know ({mine})")
-            elif theirs not in ALLOWED[mine]:
-                broken.append(f"{module} ({mine}) imports {dep} ({theirs})")
-    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.parametrize("entry", sorted(ENVIRONMENTS))
@@ -122,7 +235,7 @@ def test_the_run_stage_and_every_backend_import_only_numpy_at_the_top() -> None:
 
 
 def test_core_is_the_standard_library_alone() -> None:
-    found = {m: _external(m, top_level_only=False) for m in _modules() if _folder(m) == "core"}
+    found = {m: _external(m, top_level_only=False) for m in _modules() if _folder(m) in ("core", "root")}
     assert not {m: libs for m, libs in found.items() if libs}
 
 
@@ -177,3 +290,121 @@ def test_the_graph_sees_an_import_inside_a_function_and_a_string_reference_but_n
         "harness.pool.workers",
         "harness.run.envprobe",
     }
+
+
+_EFFECTS = """
+import json, os, signal, sys, sysconfig, threading
+for library in ("numpy", "onnx", "onnxruntime", "pandas", "tabulate"):  # their own import effects are theirs
+    try:
+        __import__(library)
+    except ImportError:
+        pass
+STDLIB = sysconfig.get_paths()["stdlib"]
+def ours():
+    \"\"\"Whether the code that asked is the harness's: the first frame outside the standard library.\"\"\"
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith("<") or name.startswith(STDLIB)):
+            return os.path.basename(os.path.dirname(name)) != "site-packages" and "site-packages" not in name
+        frame = frame.f_back
+    return False
+EVENTS = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn",
+          "socket.connect", "socket.bind", "os.chdir", "os.putenv", "os.unsetenv", "os.remove", "os.rename",
+          "os.mkdir", "os.rmdir", "os.chmod", "os.truncate", "os.kill", "shutil.rmtree", "shutil.move", "ctypes.dlopen")
+said = []
+def hook(event, args):
+    writing = event == "open" and ((isinstance(args[1], str) and any(c in args[1] for c in "wax+"))
+                                   or (isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR)))
+    itself = event == "ctypes.dlopen" and args[0] is None  # ``import ctypes`` opens the process itself
+    if (writing or event in EVENTS) and not itself and ours():
+        said.append(f"{event} {str(args)[:200]}")
+before = (dict(os.environ), os.getcwd(), list(sys.path), threading.active_count(),
+          {s: signal.getsignal(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)})
+sys.addaudithook(hook)
+import importlib
+for name in sys.argv[1:]:  # the command line first: what the fork servers preload as ``__main__``
+    importlib.import_module(name)
+after = (dict(os.environ), os.getcwd(), list(sys.path), threading.active_count(),
+         {s: signal.getsignal(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)})
+names = ("environment", "working directory", "sys.path", "threads", "signal handlers")
+said += [f"changed the {n}" for n, b, a in zip(names, before, after) if b != a]
+print(json.dumps(said))
+"""
+
+
+def _effects(top: Path) -> list[str]:
+    """What importing every module of the package at ``top`` did (its libraries present: the run stage's backends
+    import theirs inside their functions)."""
+    modules = ["harness.__main__", *(m for m in _modules(top / code.ROOT) if m != "harness.__main__")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _EFFECTS, *modules],
+        cwd=top,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(top), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    return list(json.loads(proc.stdout))
+
+
+def test_importing_any_module_of_the_package_has_no_effect() -> None:
+    """The export's and the run's fork servers preload ``__main__`` (the command line): the modules it imports run in
+    every worker, in no stage's key, and the command line may import any module. Importing every one writes nothing,
+    starts nothing, changes no process state (the environment, the working directory, ``sys.path``, threads,
+    signal handlers)."""
+    assert _effects(PACKAGE.parent) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("effect", "said"),
+    [("import os\nos.environ['HARNESS_EFFECT'] = '1'\n", "changed the environment"), ("open('x.log', 'w')\n", "open")],
+)
+def test_an_import_time_effect_in_a_module_only_the_command_line_imports_is_found(tmp_path: Path, effect: str, said: str) -> None:
+    shutil.copytree(PACKAGE, tmp_path / code.ROOT, ignore=shutil.ignore_patterns("__pycache__"))
+    markdown = tmp_path / code.ROOT / "publish" / "markdown.py"
+    markdown.write_text(markdown.read_text() + "\n" + effect)
+    assert any(line.startswith(said) for line in _effects(tmp_path))
+
+
+def test_a_status_is_set_only_through_the_one_outcome_mapping() -> None:
+    """Every cell's status comes from :class:`harness.core.records.Outcome` (its ``status``): a ``status=Status.X``
+    anywhere else is a second mapping, free to drift from the first."""
+    found = []
+    for module in _modules():
+        if module == "harness.core.records":
+            continue
+        path = code.module_path(module)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            values = []
+            if isinstance(node, ast.keyword) and node.arg == "status":
+                values = [node.value]
+            elif isinstance(node, ast.Dict):
+                pairs = zip(node.keys, node.values, strict=True)
+                values = [v for k, v in pairs if isinstance(k, ast.Constant) and k.value == "status"]
+            for v in values:
+                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "Status":
+                    found.append(f"{module}:{v.lineno} sets status=Status.{v.attr}: use an Outcome")
+    assert not found, "\n".join(found)
+
+
+LONG = 60
+"""Lines of a function's body (its docstring aside) past which its docstring says why it is one piece."""
+
+
+def test_a_function_over_sixty_lines_says_why_it_is_one_piece() -> None:
+    found = []
+    for module in _modules():
+        path = code.module_path(module)
+        assert path is not None
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            doc = ast.get_docstring(node) or ""
+            body = node.body[1:] if doc else node.body
+            lines = (node.end_lineno or 0) - body[0].lineno + 1 if body else 0
+            if lines > LONG and "over 60 lines" not in doc.lower():
+                found.append(f"{module}.{node.name}: {lines} lines, and no why")
+    assert not found, "\n".join(found)

@@ -55,12 +55,14 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (top / "matrix.toml").write_text(text)
     (top / "my_cases.py").write_text(CORPUS)
     out = top / "build"
-    for stage in ("export", "spec", "run", "report"):
+    for stage in ("export", "spec", "run"):
         proc = _harness(top, out, stage)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     arts = layout.load_artifacts(out)
     rows = [{"case": a.case, "probe": p, "reference_sha256": a.reference_sha256, "max_abs": 0.0} for a in arts for p in a.probes]
-    (out / gpuref.FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / layout.CUDA_REFERENCE).write_text("".join(json.dumps(r) + "\n" for r in rows))  # read by the report: before it
+    proc = _harness(top, out, "report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _harness(top, out, "plan").stdout.count("up to date") == 4, "the build is whole and up to date"
     return out
 
@@ -104,7 +106,7 @@ def kinds(out: Path) -> dict[str, Path]:
         "frontier index": frontier.models_dir(out) / frontier.INDEX,
         "frontier model": next(frontier.models_dir(out).glob("*.onnx")),
         "frontier result": frontier.result_path(out, rt),
-        "second reference": out / gpuref.FILE,
+        "second reference": out / layout.CUDA_REFERENCE,
         "build lock": out / lock.NAME,
         "stage lock": out / lock.STAGE,
         "environment probe": next((out / "cache" / "envs").glob("*.json")),

@@ -480,11 +480,12 @@ def test_a_profiles_report_stamp_is_its_own(tmp_path: Path) -> None:
     (results / "nested").mkdir(parents=True)
     (results / "README.md").write_text("outer")
     other = Profile("other", (NEWEST,), ("cpu",), ("torchscript",), (18,))
-    stamps.write_report_stamp(out, PROFILE, results, ())
-    assert plan._report_why(out, PROFILE, results, ()) is None
     (results / "nested" / "matrix.jsonl").write_text("{}\n")  # another profile's report, published inside this one's
     (results / "nested" / "README.md").write_text("inner")
     stamps.write_report_stamp(out, other, results / "nested", ())
+    stamps.write_report_stamp(out, PROFILE, results, ())  # the outer one reads the nested table: reported after it
+    assert plan._report_why(out, PROFILE, results, ()) is None
+    stamps.write_report_stamp(out, other, results / "nested", ())  # the nested one's stamp is not the outer's input
     assert plan._report_why(out, PROFILE, results, ()) is None
     assert plan._report_why(out, other, results / "nested", ()) is None
     assert sorted(p.name for p in out.glob("report.*.stamp.json")) == ["report.cache-test.stamp.json", "report.other.stamp.json"]

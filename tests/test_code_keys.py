@@ -1,38 +1,26 @@
 """Cache keys follow the code that runs (:mod:`harness.build.code`): an edit moves exactly the keys of what imports it.
 
-Each test edits a copy of the package (a statement that does something, not a comment) and asks a fresh
-interpreter for every key the edit could move: the export's code, each runtime kind's run code, the report's.
+Each test edits a copy of the package (a statement that does something, not a comment) and computes, in this
+process over the copy's folder, every key the edit could move: the export's code, each runtime kind's run code,
+the report's.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.build import code
-from harness.config import runtimes
-
-ROOT = Path(__file__).resolve().parent.parent
-
-_KEYS = """
-import dataclasses, json, sys
 from harness.build import cache, code, stamps
 from harness.config import runtimes
 from harness.config.matrix import load
-matrix = load(sys.argv[1])
-keys = {"export": stamps.export_code(), "report": cache.code_digest(stamps.report_code())}
-for kind in runtimes.KINDS:
-    rt = next(r for r in matrix.runtimes if r.kind is kind)
-    keys[kind.package] = stamps.run_code(rt)
-new = dataclasses.replace(runtimes.KINDS[0], package="newkind", backend="harness.run.backends.newkind:New")
-keys["newkind"] = code.digest(code.run_files(new.backend))
-print(json.dumps(keys))
-"""
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = load(ROOT / "matrix.toml")
+NEW = dataclasses.replace(runtimes.KINDS[0], package="newkind", backend="harness.run.backends.newkind:New")
+"""A runtime kind that exists only in these tests, with a backend of its own."""
 
 NEW_BACKEND = '"""A runtime kind added by a test."""\n\n\nclass New:\n    name = "new"\n'
 
@@ -46,15 +34,14 @@ def package(tmp_path: Path) -> Path:
 
 
 def _keys(root: Path) -> dict[str, str]:
-    out = subprocess.run(
-        [sys.executable, "-c", _KEYS, str(ROOT / "matrix.toml")],
-        cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
+    """Every key an edit of the copy at ``root`` could move, from its files as they are now."""
+    package = root / "harness"
+    keys = {"export": stamps.export_code(package), "report": cache.code_digest(stamps.report_code(package), package)}
+    for kind in runtimes.KINDS:
+        rt = next(r for r in MATRIX.runtimes if r.kind is kind)
+        keys[kind.package] = stamps.run_code(rt, package)
+    keys["newkind"] = code.digest(code.run_files(NEW.backend, package), package)
+    return keys
 
 
 def _edit(root: Path, rel: str) -> None:

@@ -210,6 +210,7 @@ def _project(tmp: Path, edit: tuple[str, str]) -> Path:
     return tmp
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "edit", [('torch = "2.13.0"', 'torch = "9.9.9"'), ('onnx = "1.23.2"', 'onnx = "1.23.99"')], ids=["torch", "onnx"]
 )

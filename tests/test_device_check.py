@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.answer import lookup, published
+from harness.build import layout
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.publish import gpu_outputs as gpuref
 from harness.publish.markdown import _beside_lines
@@ -216,7 +217,7 @@ def test_a_gpu_mismatch_says_what_torch_on_the_gpu_says(tmp_path: Path) -> None:
         {**h200, "probe": "batch3", "status": "mismatch", "error": "max abs diff 0.01"},
         {**h200, "probe": "batch5", "status": "pass", "max_abs": 0.0, "reference_sha256": "old"},
     ]  # fmt: skip
-    (tmp_path / gpuref.FILE).write_text("".join(json.dumps(r) + "\n" for r in rows) + "{cut")
+    (tmp_path / layout.CUDA_REFERENCE).write_text("".join(json.dumps(r) + "\n" for r in rows) + "{cut")
     found, left = gpuref.read(tmp_path, [_export("softmax", "a")])
     assert set(found) == {("softmax", "example"), ("softmax", "batch3")}
     assert left is not None and "1 damaged line(s)" in left and "1 row(s) of another export" in left

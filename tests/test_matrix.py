@@ -289,3 +289,13 @@ def test_a_matrix_path_that_is_a_folder_or_not_utf8_is_one_line(tmp_path: Path) 
     (tmp_path / "matrix.toml").write_bytes(b"\xff\xfe[export]\n")
     with pytest.raises(HarnessError, match=r"matrix\.toml: not UTF-8 text \(byte 0: invalid start byte\); save it as UTF-8$"):
         load(tmp_path / "matrix.toml")
+
+
+@pytest.mark.parametrize("results", ['""', '"."', '"/tmp/x"', '"../x"'])
+def test_a_results_folder_that_is_not_inside_the_project_is_one_line(tmp_path: Path, results: str) -> None:
+    """``results = ""`` is not the default folder: written, it must name one (left out, the default applies)."""
+    text = GOOD.replace('opsets = [17, 18]\n"""', 'opsets = [17, 18]\n').replace(
+        "opsets = [17, 18]\n", f"opsets = [17, 18]\nresults = {results}\n"
+    )
+    with pytest.raises(HarnessError, match=r"profiles\.default\.results: .* must be a folder inside the project"):
+        _load(tmp_path, text)

@@ -323,6 +323,7 @@ def test_the_diff_step_records_a_regression_and_fails_on_bad_input(tmp_path: Pat
 # --- the sessions it calls --------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # real nox (its session list)
 def test_the_sessions_it_names_exist(workflow: dict[str, Any]) -> None:
     named = {m for _, script in scripts(workflow) for m in re.findall(r"\bnox -s ([A-Za-z_]\w*)", script)}
     assert named == {"export", "spec", "report", "matrix"}  # matrix: the architectures table, one job
@@ -355,6 +356,7 @@ def profile_of(workflow: dict[str, Any]) -> Profile:
     return load(ROOT / "matrix.toml").profile(default_profile(workflow))
 
 
+@pytest.mark.e2e  # real nox (its session list, in the fixture)
 def test_jobs_cover_the_profile_once_each_on_the_right_runners(workflow: dict[str, Any], sessions_json: Path) -> None:
     result = harness("jobs", str(sessions_json), "--profile", default_profile(workflow))
     assert result.returncode == 0, result.stderr
@@ -378,6 +380,7 @@ def test_jobs_cover_the_profile_once_each_on_the_right_runners(workflow: dict[st
         }
 
 
+@pytest.mark.e2e  # real nox (its session list, in the fixture)
 def test_jobs_refuse_a_runtime_without_a_session(tmp_path: Path, workflow: dict[str, Any], sessions_json: Path) -> None:
     dropped = profile_of(workflow).runtimes[0]
     sessions = [s for s in json.loads(sessions_json.read_text()) if s["session"] != f"run({dropped.id})"]

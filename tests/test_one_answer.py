@@ -20,6 +20,8 @@ import pytest
 from harness.answer import ask, published
 from tests.browser import Page
 
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 

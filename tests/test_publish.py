@@ -25,6 +25,8 @@ from harness.publish import staged
 from tests.artifacts import fault_corpus
 from tests.test_reliability import PROFILE, ROOT, _files, _matrix, _one_line, _report, _run
 
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
+
 NESTED = "nested"
 """A profile published inside the results folder (as results/openvino/ is), with many files: carrying it over
 by hard links takes long enough for a test to stop the report inside its commit."""

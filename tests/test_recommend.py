@@ -15,6 +15,8 @@ import pytest
 from harness.answer import published, recommend
 from harness.core.records import CellRecord, Stage, Status, runtime_wide
 
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from harness.core.records import CellRecord, DiffStats, ExportRecord, Latency, Stage, Status, first_line
+from harness.core.records import CellRecord, DiffStats, ExportRecord, Latency, Outcome, Stage, Status, first_line
 
 
 def test_cell_record_round_trip() -> None:
@@ -110,3 +111,15 @@ def test_rows_are_labelled_by_the_opset_written_and_a_repeated_export_is_recorde
     assert relabelled.artifact == ArtifactKey("c", "dynamo", 13)  # its files stay under the request
     assert relabelled.key == "c|dynamo|op18|onnxruntime==1.32.0|cpu|example"
     assert CellRecord.from_dict(json.loads(json.dumps(relabelled.to_dict()))) == relabelled
+
+
+def test_every_outcome_has_one_status_and_an_exports_outcome_survives_its_record() -> None:
+    """The one mapping covers every outcome; an export's outcome is read back from the ``error_class`` it travels in."""
+    assert all(isinstance(o.status, Status) for o in Outcome)
+    base = ExportRecord(case="c", exporter="dynamo", opset=18, ok=False, seconds=0.0)
+    for ended in (Outcome.SKIPPED, Outcome.EXPORT_TIMEOUT, Outcome.EXPORT_CRASH, Outcome.EXPORT_HARNESS_BUG):
+        rec = ExportRecord.from_dict({**base.to_dict(), "error_class": ended.error_class})
+        assert rec.outcome is ended
+    assert dataclasses.replace(base, error_class="TorchExportError").outcome is Outcome.EXPORT_ERROR
+    assert dataclasses.replace(base, ok=True).outcome is Outcome.PASSED
+    assert Outcome.LOAD_ERROR.fields(ValueError("x")) == {"status": Status.LOAD_FAIL, "error_class": "ValueError"}

@@ -18,6 +18,8 @@ from harness.config.matrix import load, version_tuple
 from harness.core.records import CellRecord, Status
 from harness.publish import claims
 
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
 REGISTRY = corpus.load(MATRIX.corpus, ROOT)

@@ -27,6 +27,8 @@ from harness.config.matrix import Matrix, load
 from tests.artifacts import fault_corpus, forge
 from tests.test_reliability import ROOT, _matrix, _one_line, _report, _run
 
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
+
 TORCH = "torchy"
 RELEASES = ("2.5.1", "2.7.1")
 PIN = f"onnxruntime=={onnxruntime.__version__}"

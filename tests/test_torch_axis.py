@@ -71,7 +71,8 @@ def test_the_torch_profile_lists_at_least_four_releases_each_with_its_own_build_
     ("torch", "said"),
     [
         ('["2.5"]', "'2.5' is not a torch release; write X.Y.Z"),
-        ('["2.7.1+cu126"]', "without a +cpu or +cu tag"),
+        ('["2.7.1+cu126"]', "no +cpu or +cu tag"),
+        ('["02.07.01"]', "'02.07.01' is not a torch release; write X.Y.Z as torch names it"),  # no table could name it
         ('["2.7.1", "2.7.1"]', "lists '2.7.1' twice"),
         ('["2.9.1", "2.7.1"]', "oldest first: 2.7.1, 2.9.1"),
         ('"2.7.1"', "profiles.t"),

@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.pool.workers import run_tasks
+
+pytestmark = pytest.mark.slow  # seconds a test: `nox -s tests` runs them, `nox -s unit` leaves them out
 
 ROOT = Path(__file__).resolve().parent.parent
 

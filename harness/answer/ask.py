@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.answer import lookup, published, recommend
-from harness.config.matrix import version_tuple
+from harness.config.matrix import is_release, version_tuple
 from harness.core.errors import HarnessError
 
 SCHEMA = "harness.recommend/1"
@@ -132,7 +132,7 @@ def torch_table_of(release: str, results: str | None) -> Path:
         HarnessError: not a release name, no table of that release (the measured ones named), or a table there that
             is another release's or another profile's.
     """
-    if not published.is_release(release):
+    if not is_release(release):
         raise HarnessError(
             f"--torch {release}: not a torch release; write X.Y.Z as the torch table names them, e.g. --torch 2.7.1"
         )
@@ -175,7 +175,7 @@ def releases(base: Path, default: Path | None) -> list[str]:
     listed = _listed(base)[1] if base.is_dir() else None
     found = {
         p.name for p in base.glob("*")
-        if published.is_release(p.name) and (p / "matrix.jsonl").is_file() and (listed is None or p.name in listed)
+        if is_release(p.name) and (p / "matrix.jsonl").is_file() and (listed is None or p.name in listed)
     }  # fmt: skip
     if default is not None and (own := _own_release(default)):
         found.add(own)
@@ -227,7 +227,7 @@ def local_torch(asked: Asked, installed: str, results: str | None, default: str)
     """Where the user's environment holds another torch than the one the answer was measured with: which table
     measured theirs and how to ask it, or that none did."""
     mine, theirs = _release(installed), _release(asked.measured_with.get("torch", ""))
-    if not published.is_release(mine) or not theirs or mine == theirs:
+    if not is_release(mine) or not theirs or mine == theirs:
         return []
     base = Path(results) if results else Path(default) / "torch"
     measured = releases(base, Path(default))

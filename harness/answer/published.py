@@ -335,15 +335,6 @@ def _sha(path: str, mtime_ns: int, size: int) -> str | None:
         return None
 
 
-RELEASE = re.compile(r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)")
-"""A torch release as the torch table names one: ``2.7.1`` (no leading zero, no build tag, no path)."""
-
-
-def is_release(text: str) -> bool:
-    """Whether ``text`` is a torch release (:data:`RELEASE`): ``2.7.1``, not ``02.07.01``, ``2.7.1+cpu`` or ``..``."""
-    return RELEASE.fullmatch(text) is not None
-
-
 def foreign_table(environment: Mapping[str, Any], release: str, profile: str) -> str | None:
     """Why a table placed as torch ``release``'s table of ``profile`` is another one (its ``environment.json`` says
     another profile, or another torch), or None where it is that table."""

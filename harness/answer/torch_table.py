@@ -362,7 +362,10 @@ _SYMBOL = {s.value: s.symbol for s in Status}
 
 
 def render(profile: Profile, releases: Sequence[Release], facts: Mapping[str, Any]) -> str:
-    """The README of the table across torch releases."""
+    """The README of the table across torch releases.
+
+    (Over 60 lines, on purpose: the page read top to bottom, its sections in page order, each a few lines of text
+    around one table; split up, each piece would be a one-caller function holding one paragraph.)"""
     runtimes = ", ".join(rt.pin for rt in profile.runtimes)
     asked = "; ".join(f"{e} {', '.join(map(str, profile.opsets_of(e)))}" for e in profile.exporters)
     own = [r.release for r in releases if not r.default]

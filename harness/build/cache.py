@@ -85,11 +85,11 @@ def digest(*parts: Any) -> str:
     return sha256_bytes(json.dumps(parts, sort_keys=True, default=str, separators=(",", ":")).encode())
 
 
-@functools.cache
-def code_digest(names: tuple[str, ...]) -> str:
-    """Of the harness's own files ``names`` (relative to the package), by what they do (:func:`source_digest`):
-    an edit of a comment or a docstring moves no key, so it reruns no cell and no export."""
-    return digest(*[(n, source_digest(PACKAGE / n)) for n in names])
+def code_digest(names: tuple[str, ...], package: Path = PACKAGE) -> str:
+    """Of the harness's own files ``names`` (relative to ``package``, this one unless a test names a copy), by what
+    they do (:func:`source_digest`): an edit of a comment or a docstring moves no key, so it reruns no cell and no
+    export."""
+    return digest(*[(n, source_digest(package / n)) for n in names])
 
 
 class _Statements(ast.NodeTransformer):
@@ -103,10 +103,15 @@ class _Statements(ast.NodeTransformer):
 
 def source_digest(path: Path) -> str:
     """A Python file by its syntax tree without docstrings, line numbers or comments (which never reach the
-    tree); a file that is not Python (``page.html``), or does not parse, by its bytes."""
-    if path.suffix != ".py":
-        return sha256_file(path)
-    data = path.read_bytes()
+    tree); a file that is not Python (``page.html``), or does not parse, by its bytes. Parsed once per text
+    of a file: the keys of every stage (and a test's copy of the package) read the same modules."""
+    return _source_digest(path.suffix == ".py", path.read_bytes())
+
+
+@functools.cache
+def _source_digest(python: bool, data: bytes) -> str:
+    if not python:
+        return sha256_bytes(data)
     try:
         tree = _Statements().visit(ast.parse(data))
     except (SyntaxError, ValueError):
@@ -171,7 +176,11 @@ def is_project_file(path: str | None) -> bool:
     return not resolved.startswith(_LIBRARY_DIRS) and "site-packages" not in resolved
 
 
-_TEMP = str(Path(tempfile.gettempdir()).resolve()) + os.sep
+@functools.cache
+def _temp() -> str:
+    """The temporary folder, resolved: asked when first needed (finding it writes a probe file there, which an
+    import must not: tests/test_architecture.py)."""
+    return str(Path(tempfile.gettempdir()).resolve()) + os.sep
 
 
 def glob_names(folder: str, pattern: str) -> list[str]:
@@ -189,7 +198,7 @@ def project_files(extra: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str
     paths = {str(Path(f).resolve()) for f in files if f is not None and is_project_file(f)}
     # A module imported from the temporary folder is one a library wrote there at import (torch 2.5 writes one per
     # process), gone with the process: no input. A corpus file there counts through ``extra`` (the cases' sources).
-    paths = {p for p in paths if not p.startswith(_TEMP)}
+    paths = {p for p in paths if not p.startswith(_temp())}
     # The harness's own modules count by code_digest in the keys of what they produce, not here.
     paths = {p for p in paths if not p.startswith(str(PACKAGE) + os.sep)}
     paths |= {str(Path(p).resolve()) for p in extra if os.path.isfile(p)}

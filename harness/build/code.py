@@ -29,12 +29,15 @@ RUN_ENTRY = "harness.run.stage"
 """What the run stage runs, besides the backend of each runtime kind."""
 
 
-def module_path(name: str) -> Path | None:
-    """The file of module ``name`` of the package (``harness.a.b`` → ``a/b.py`` or ``a/b/__init__.py``), or None."""
+def module_path(name: str, package: Path = PACKAGE) -> Path | None:
+    """The file of module ``name`` of the package (``harness.a.b`` → ``a/b.py`` or ``a/b/__init__.py``), or None.
+
+    Every function here takes ``package``, the folder of the package's source: this one, or a copy a test edits
+    (the keys of an edit computed in-process, without an interpreter per question)."""
     parts = name.split(".")
     if parts[0] != ROOT:
         return None
-    base = PACKAGE.joinpath(*parts[1:])
+    base = package.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path
@@ -47,9 +50,9 @@ _PROGRAM = re.compile(rf"\b(?:from|import) ({ROOT}(?:\.\w+)*)")
 """A module a ``-c`` program imports."""
 
 
-_DATA = frozenset({"harness.config.runtimes", __name__})
+_DATA = frozenset({"harness.config.runtimes", "harness.build.spec", __name__})
 """Modules whose strings name code as data: the registry names each kind's backend (only that kind's cells' keys
-add it: :func:`run_files`), this module the stages' entry points."""
+add it: :func:`run_files`), this module and the spec's the stages' entry points (digested, never imported)."""
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -93,41 +96,48 @@ class _Imports(ast.NodeVisitor):
             return
         self.found.add(base)
         for alias in node.names:  # ``from harness.build import cache``: a submodule, where one has that name
-            if module_path(f"{base}.{alias.name}") is not None:
-                self.found.add(f"{base}.{alias.name}")
+            self.found.add(f"{base}.{alias.name}")  # (kept by :func:`imports` only where that module exists)
+
+
+def imports(name: str, package: Path = PACKAGE) -> frozenset[str]:
+    """The package's modules that module ``name`` imports directly, and the packages above each (run first)."""
+    path = module_path(name, package)
+    if path is None:
+        return frozenset()
+    named = _named(name, path.name == "__init__.py", path.read_bytes())
+    return frozenset(m for m in named if module_path(m, package) is not None and m != name)
 
 
 @functools.cache
-def imports(name: str) -> frozenset[str]:
-    """The package's modules that module ``name`` imports directly, and the packages above each (run first)."""
-    path = module_path(name)
-    if path is None:
-        return frozenset()
-    visitor = _Imports(name, path.name == "__init__.py")
-    visitor.visit(ast.parse(path.read_bytes(), str(path)))
+def _named(name: str, is_package: bool, source: bytes) -> frozenset[str]:
+    """Every module name ``source`` may import, and the packages above each: parsed once per text of a module
+    (the keys of every stage, and a test's copy of the package, read the same files)."""
+    visitor = _Imports(name, is_package)
+    visitor.visit(ast.parse(source))
     found: set[str] = set()
     for module in visitor.found:
         parts = module.split(".")
         found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return frozenset(m for m in found if module_path(m) is not None and m != name)
+    return frozenset(found)
 
 
-def closure(*entries: str) -> tuple[str, ...]:
+def closure(*entries: str, package: Path = PACKAGE) -> tuple[str, ...]:
     """Every module of the package that importing ``entries`` runs, themselves and their packages included."""
     seen: set[str] = set()
     todo = [".".join(e.split(".")[:i]) for e in entries for i in range(1, len(e.split(".")) + 1)]
     while todo:
         name = todo.pop()
-        if name in seen or module_path(name) is None:
+        if name in seen or module_path(name, package) is None:
             continue
         seen.add(name)
-        todo.extend(imports(name))
+        todo.extend(imports(name, package))
     return tuple(sorted(seen))
 
 
-def files(*entries: str) -> tuple[str, ...]:
+def files(*entries: str, package: Path = PACKAGE) -> tuple[str, ...]:
     """The files of :func:`closure`, relative to the package (what :func:`harness.build.cache.code_digest` takes)."""
-    return tuple(sorted(module_path(m).relative_to(PACKAGE).as_posix() for m in closure(*entries)))  # type: ignore[union-attr]
+    paths = [module_path(m, package) for m in closure(*entries, package=package)]
+    return tuple(sorted(p.relative_to(package).as_posix() for p in paths if p is not None))
 
 
 def backend_module(backend: str) -> str:
@@ -135,16 +145,16 @@ def backend_module(backend: str) -> str:
     return backend.partition(":")[0]
 
 
-def export_files() -> tuple[str, ...]:
+def export_files(package: Path = PACKAGE) -> tuple[str, ...]:
     """The harness code an artifact's files depend on: a change to any of it exports again."""
-    return files(EXPORT_ENTRY)
+    return files(EXPORT_ENTRY, package=package)
 
 
-def run_files(backend: str) -> tuple[str, ...]:
+def run_files(backend: str, package: Path = PACKAGE) -> tuple[str, ...]:
     """The harness code a cell's verdict depends on: the run stage's and its runtime kind's backend's."""
-    return files(RUN_ENTRY, backend_module(backend))
+    return files(RUN_ENTRY, backend_module(backend), package=package)
 
 
-def digest(names: tuple[str, ...]) -> str:
+def digest(names: tuple[str, ...], package: Path = PACKAGE) -> str:
     """A digest of the files ``names`` by what they do (docstrings and comments aside)."""
-    return cache.code_digest(names)
+    return cache.code_digest(names, package)

@@ -18,16 +18,17 @@ from typing import Any
 
 from harness.build import cache, code, layout
 
-FACTS = "spec.json"
+FACTS = layout.SPEC
 """In the build folder: every artifact's fact, written whole by the spec stage."""
-STAMP = "spec.stamp.json"
+STAMP = layout.SPEC_STAMP
 """In the build folder: what ``spec.json`` was computed from and its hash."""
 CACHE = Path("cache") / "spec"
 """In the build folder: one fact per key."""
 
-ENTRY = f"{code.ROOT}.spec.stage"
+ENTRY = "harness.spec.stage"
 """What the spec stage runs (its workers import :mod:`harness.spec._evaluate`, which it names). Named to digest its
-files, never imported here: this layer may not import a stage (as :mod:`harness.build.code` names the others)."""
+files, never imported here: this layer may not import a stage (:data:`harness.build.code._DATA` reads it as data,
+as it does the other stages' entry points)."""
 
 BUDGET_SECONDS = 60.0
 """Seconds the reference evaluator may take over one artifact (every probe): past it, the spec's answer is
@@ -97,7 +98,7 @@ def why_stale(out: Path, export_stamp: Any, onnx_version: str) -> str | None:
 
 
 def sha256(out: Path) -> str | None:
-    """The hash of ``spec.json`` as it is now (None: missing or unreadable): the report's stamp records it."""
+    """The hash of ``spec.json`` as it is now (None: missing or unreadable), to check it against its seal."""
     try:
         return cache.sha256_file(facts_path(out))
     except OSError:
@@ -139,4 +140,3 @@ def well_formed(fact: Mapping[str, Any]) -> bool:
     if fact.get("unanswered") is not None and not isinstance(fact.get("unanswered"), str):
         return False
     return all(isinstance(v, dict) and v.get("verdict") in (*VERDICTS, "failed") for v in probes.values())
-

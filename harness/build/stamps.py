@@ -80,15 +80,15 @@ def run_settings(matrix: Matrix, column: str, runtime: Runtime) -> dict[str, Any
     return settings
 
 
-def run_code(runtime: Runtime) -> str:
+def run_code(runtime: Runtime, package: Path = code.PACKAGE) -> str:
     """The digest of the code that runs ``runtime``'s cells: what the run stage and its kind's backend import
-    (:func:`harness.build.code.run_files`)."""
-    return code.digest(code.run_files(runtime.kind.backend))
+    (:func:`harness.build.code.run_files`; ``package``: this one, or a copy a test edits)."""
+    return code.digest(code.run_files(runtime.kind.backend, package), package)
 
 
-def export_code() -> str:
+def export_code(package: Path = code.PACKAGE) -> str:
     """The digest of the code that exports: what the export stage imports (:func:`harness.build.code.export_files`)."""
-    return code.digest(code.export_files())
+    return code.digest(code.export_files(package), package)
 
 
 def shard_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matrix, runtime: Runtime, column: str) -> str:
@@ -103,28 +103,36 @@ def shard_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matri
 # The report ---------------------------------------------------------------------------------------------
 
 
-def report_code() -> tuple[str, ...]:
-    names = [p.relative_to(cache.PACKAGE).as_posix() for p in cache.PACKAGE.rglob("*") if p.suffix in (".py", ".html")]
+def report_code(package: Path = code.PACKAGE) -> tuple[str, ...]:
+    """Every file of the package (its page template too): what the report and the command line run."""
+    names = [p.relative_to(package).as_posix() for p in package.rglob("*") if p.suffix in (".py", ".html")]
     return tuple(sorted(n for n in names if "__pycache__" not in n))
 
 
 def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[str]) -> str:
     """A digest of what the report reads: the manifest, every artifact's record (by its export's
-    content address: cards, claims, graphs), the profile's shards, the reports published inside its folder
-    (``results/openvino/``: their environment.json changes with each), the harness's code."""
+    content address: cards, claims, graphs), the profile's shards, each runtime's measured frontier, the spec's
+    answer, the CUDA reference, the JSON files of the tables published inside its folder (``results/openvino/``,
+    ``results/torch/``: their environment.json changes with each), the harness's code. A file absent counts as
+    absent: writing it moves the key. tests/test_report_inputs.py watches a real report open files and requires
+    each to be here."""
     from harness.build import frontier
 
     files = [
         out / layout.MANIFEST,
-        *(layout.shard_path(out, rt, p) for rt, p in profile.shards()),
+        out / layout.EXPORT_STAMP,  # every artifact's content address, and the export's environment
+        *(f(out, rt, p) for rt, p in profile.shards() for f in (layout.shard_path, layout.stamp_path)),
         *(frontier.result_path(out, rt.id) for rt in profile.runtimes),
-        *sorted(results.glob("*/environment.json")),  # profiles published beside it, which its README lists
+        frontier.models_dir(out) / frontier.INDEX,
+        out / layout.SPEC,
+        out / layout.SPEC_STAMP,
+        out / layout.CUDA_REFERENCE,
+        *sorted(results.glob("*/*.json")),  # tables published inside its folder, which its README lists and reads
+        *sorted(results.glob("*/matrix.jsonl")),
     ]
-    hashes = [(p.name, _sha256(p)) for p in files if p.exists()]
-    stamp = cache.read_json(out / layout.EXPORT_STAMP)
-    exports = stamp.get("artifacts") if isinstance(stamp, dict) else None
+    hashes = [(p.relative_to(out if out in p.parents else results).as_posix(), _sha256(p)) for p in files if p.exists()]
     code = cache.code_digest(report_code())
-    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, exports, code)
+    return cache.digest(profile.name, str(results.resolve()), list(builtin), hashes, code)
 
 
 def _sha256(path: Path) -> str:

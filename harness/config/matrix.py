@@ -744,7 +744,7 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     opsets = tuple(sorted({o for _, os_ in per_exporter for o in os_}))
     same = len({os_ for _, os_ in per_exporter}) == 1
     results = pp.get("results", str, "")
-    if results and (Path(results).is_absolute() or ".." in Path(results).parts or not Path(results).parts):
+    if "results" in raw and (Path(results).is_absolute() or ".." in Path(results).parts or not Path(results).parts):
         pp.fail(f"results = {results!r} must be a folder inside the project (results/{name}); fix it", "results")
     corpus = pp.strings("corpus", []) if "corpus" in raw else ()
     for source in corpus:
@@ -765,13 +765,27 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     )
 
 
+RELEASE = re.compile(r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)")
+"""A torch release as the torch table names one: ``2.7.1`` (no leading zero, no build tag, no path): a profile's
+``torch`` list and ``--torch`` are held to it, so every release measured is one the torch table can name."""
+
+
+def is_release(text: str) -> bool:
+    """Whether ``text`` is a torch release (:data:`RELEASE`): ``2.7.1``, not ``02.07.01``, ``2.7.1+cpu`` or ``..``."""
+    return RELEASE.fullmatch(text) is not None
+
+
 def _torch_releases(pp: _Reader, raw: Any) -> tuple[str, ...]:
     """``torch = ["2.5.1", …]``: full X.Y.Z releases (no local build tag: the export environment picks the build), each
     once (the reader refuses a duplicate), oldest first."""
     releases = pp.strings("torch", []) if "torch" in raw else ()
     for release in releases:
-        if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", release):
-            pp.fail(f'{release!r} is not a torch release; write X.Y.Z (e.g. "2.7.1"), without a +cpu or +cu tag', "torch")
+        if not is_release(release):
+            pp.fail(
+                f'{release!r} is not a torch release; write X.Y.Z as torch names it (e.g. "2.7.1": no leading zero, no '
+                "+cpu or +cu tag)",
+                "torch",
+            )
     if list(releases) != sorted(releases, key=version_tuple):
         pp.fail(f"list the releases oldest first: {', '.join(sorted(releases, key=version_tuple))}", "torch")
     return tuple(releases)

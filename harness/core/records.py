@@ -89,6 +89,78 @@ class Stage(enum.StrEnum):
     LATENCY = "latency"
 
 
+class Outcome(enum.Enum):
+    """How an export, a column or a probe ended: the one vocabulary every stage decides in, and the one mapping to
+    a cell's :class:`Status` and published ``error_class`` (:attr:`status`, :attr:`error_class`). An export's
+    outcome travels in its record's ``error_class`` (:meth:`ExportRecord.outcome` reads it back); an outcome whose
+    error class is None takes the class of the exception that decided it (the exporter's, the runtime's)."""
+
+    PASSED = enum.auto()
+    CAPTURE_FALLBACK = enum.auto()
+    """A dynamo export torch did not capture with ``torch.export`` that passes: never a dynamo pass."""
+    SKIPPED = enum.auto()
+    """The case does not apply to the exporter."""
+    EXPORT_ERROR = enum.auto()
+    EXPORT_TIMEOUT = enum.auto()
+    EXPORT_CRASH = enum.auto()
+    EXPORT_HARNESS_BUG = enum.auto()
+    """The export's worker raised outside the exporter."""
+    NO_ENVIRONMENT = enum.auto()
+    """The runtime's environment does not import: the whole column."""
+    PROVIDER_UNAVAILABLE = enum.auto()
+    """The column's provider cannot run on this machine: the whole column."""
+    PROVIDER_REFUSED = enum.auto()
+    """The session refused the provider with the registry's ``unavailable`` message (a missing library)."""
+    PROVIDER_FELL_BACK = enum.auto()
+    PROVIDER_TOOK_NO_NODE = enum.auto()
+    """The session held the provider but placed no node on it: decided by the artifact and the provider's version."""
+    LOAD_ERROR = enum.auto()
+    RUN_ERROR = enum.auto()
+    MISMATCH = enum.auto()
+    WORKER_CRASH = enum.auto()
+    WORKER_TIMEOUT = enum.auto()
+    HARNESS_ERROR = enum.auto()
+    """The backend raised, or returned without every cell: a harness bug, kept visible in the table."""
+
+    @property
+    def status(self) -> Status:
+        return _OUTCOMES[self][0]
+
+    @property
+    def error_class(self) -> str | None:
+        return _OUTCOMES[self][1]
+
+    def fields(self, exc: BaseException | None = None) -> dict[str, Any]:
+        """A cell's ``status`` and ``error_class`` for this outcome (``exc``: the exception that decided it)."""
+        error_class = self.error_class or (type(exc).__name__ if exc is not None else None)
+        return {"status": self.status, "error_class": error_class}
+
+
+_OUTCOMES: dict[Outcome, tuple[Status, str | None]] = {
+    Outcome.PASSED: (Status.PASS, None),
+    Outcome.CAPTURE_FALLBACK: (Status.FALLBACK, None),
+    Outcome.SKIPPED: (Status.SKIPPED, "Skipped"),
+    Outcome.EXPORT_ERROR: (Status.EXPORT_FAIL, None),
+    Outcome.EXPORT_TIMEOUT: (Status.TIMEOUT, "ExporterTimeout"),
+    Outcome.EXPORT_CRASH: (Status.EXPORT_FAIL, "ExporterCrash"),
+    Outcome.EXPORT_HARNESS_BUG: (Status.EXPORT_FAIL, "HarnessBug"),
+    Outcome.NO_ENVIRONMENT: (Status.ENV_ERROR, "EnvironmentError"),
+    Outcome.PROVIDER_UNAVAILABLE: (Status.UNAVAILABLE, "ProviderUnavailable"),
+    Outcome.PROVIDER_REFUSED: (Status.UNAVAILABLE, None),
+    Outcome.PROVIDER_FELL_BACK: (Status.UNAVAILABLE, "ProviderFellBack"),
+    Outcome.PROVIDER_TOOK_NO_NODE: (Status.UNAVAILABLE, "ProviderTookNoNode"),
+    Outcome.LOAD_ERROR: (Status.LOAD_FAIL, None),
+    Outcome.RUN_ERROR: (Status.RUN_FAIL, None),
+    Outcome.MISMATCH: (Status.MISMATCH, "Mismatch"),
+    Outcome.WORKER_CRASH: (Status.CRASH, "Crash"),
+    Outcome.WORKER_TIMEOUT: (Status.TIMEOUT, "Timeout"),
+    Outcome.HARNESS_ERROR: (Status.CRASH, "HarnessError"),
+}
+"""Outcome → (the cell's status, its error class): the one place an outcome becomes a status."""
+
+_EXPORT_OUTCOMES = {o.error_class: o for o in Outcome if o.name.startswith(("EXPORT_", "SKIPPED")) and o.error_class}
+
+
 def _fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """Keep the keys that ``cls`` declares, so old readers accept new files."""
     names = {f.name for f in dataclasses.fields(cls)}
@@ -318,6 +390,13 @@ class ExportRecord:
             env=env,
             **fields,
         )
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the export ended, read back from its ``error_class``."""
+        if self.ok:
+            return Outcome.PASSED
+        return _EXPORT_OUTCOMES.get(self.error_class or "", Outcome.EXPORT_ERROR)
 
     def each_probe(self, base: CellRecord, probes: Iterable[str] | None = None, **changes: Any) -> list[CellRecord]:
         """``base`` once per probe of this artifact (``example`` when torch gave none), or of ``probes``, with ``changes``."""

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from harness.core.records import CellRecord, DiffStats
+from harness.core.records import CellRecord, DiffStats, Outcome
 
 
 def _no_repro(_: CellRecord) -> str | None:
@@ -162,7 +162,7 @@ def _gpu(c: CellRecord, ctx: Context) -> Any:
 
 def _error(c: CellRecord, _: Context) -> Any:
     """A broken environment is one record: it keeps its whole diagnosis (other cells' full errors stay in the shard)."""
-    return c.error if c.error_class == "EnvironmentError" else OMIT
+    return c.error if c.error_class == Outcome.NO_ENVIRONMENT.error_class else OMIT
 
 
 def _key(name: str, type_: str) -> Field:

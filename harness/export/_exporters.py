@@ -33,7 +33,7 @@ from typing import Any
 from harness.build import cache, layout
 from harness.build.layout import DATA
 from harness.cases import corpus as corpus_mod
-from harness.core.records import ArtifactKey, ExportRecord, first_line
+from harness.core.records import ArtifactKey, ExportRecord, Outcome, first_line
 
 _REGISTRY: corpus_mod.Registry | None = None
 _SETTINGS: dict[str, Any] = {}
@@ -315,7 +315,7 @@ def _export(
     )
     if key.exporter not in case.exporters:
         reason = case.skip_reason or f"case does not apply to the {key.exporter} exporter"
-        yield dataclasses.replace(base, error_class="Skipped", error_line=reason, timing=timing)
+        yield dataclasses.replace(base, error_class=Outcome.SKIPPED.error_class, error_line=reason, timing=timing)
         return
     yield enter("export")
     path = out_dir / layout.MODEL

@@ -26,7 +26,7 @@ from harness.cases import corpus as corpus_mod
 from harness.cases.source import case_digest
 from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
-from harness.core.records import ArtifactKey, ExportRecord, first_line
+from harness.core.records import ArtifactKey, ExportRecord, Outcome, first_line
 from harness.export import _warm
 from harness.export._exporters import Exported, ExportTask, Phase, base_record, library_module, phase_words, user_error, versions
 from harness.pool.progress import Progress
@@ -148,7 +148,7 @@ def plan(registry: corpus_mod.Registry, profile: Profile) -> list[ArtifactKey]:
 
 
 # Failures that depend on the machine or on luck (a crash, a hang): never cached, exported again next time.
-_NOT_CACHED = ("ExporterCrash", "ExporterTimeout", "HarnessBug")
+_NOT_CACHED = frozenset({Outcome.EXPORT_CRASH, Outcome.EXPORT_TIMEOUT, Outcome.EXPORT_HARNESS_BUG})
 
 
 def _cacheable(rec: ExportRecord) -> bool:
@@ -156,7 +156,7 @@ def _cacheable(rec: ExportRecord) -> bool:
     code failing (a missing package or data file is fixed outside the case's source), not a reference
     pass that ran out of time."""
     timed_out = "not recorded" in (rec.reference_runtime or "")
-    return rec.error_class not in _NOT_CACHED and not user_error(rec) and not timed_out
+    return rec.outcome not in _NOT_CACHED and not user_error(rec) and not timed_out
 
 
 def export_all(
@@ -431,11 +431,13 @@ def _lost(
             f"{what} did not finish within {where}, the budget of building the model, torch's outputs and the "
             f"export together; {raise_it} (or set Case(export_timeout=...))"
         )
-        cls = "ExporterTimeout"
+        ended = Outcome.EXPORT_TIMEOUT
     else:
         line = f"{detail} during {what}"
-        cls = "ExporterCrash" if outcome.kind == "crash" else "HarnessBug"
-    rec = base_record(case, key, settings, seconds=outcome.seconds, error_class=cls, error_line=first_line(line), error=line)
+        ended = Outcome.EXPORT_CRASH if outcome.kind == "crash" else Outcome.EXPORT_HARNESS_BUG
+    rec = base_record(
+        case, key, settings, seconds=outcome.seconds, error_class=ended.error_class, error_line=first_line(line), error=line
+    )
     cache.write_json(tmp / layout.RECORD, rec.to_dict())
     return rec
 

@@ -40,7 +40,7 @@ _FORKSERVER = mp.get_context("forkserver")
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class TaskResult:
     """What became of one task."""
 
     task: Any
@@ -154,7 +154,7 @@ def run_tasks(
     preload: tuple[str, ...] = (),
     admit: Callable[[Any, list[Any]], bool] | None = None,
     heartbeat: tuple[float, Callable[[list[tuple[Any, float]]], None]] | None = None,
-) -> Iterator[Outcome]:
+) -> Iterator[TaskResult]:
     """Run ``ref(task)`` for every task in ``workers`` processes; yield outcomes as they come.
 
     (Over 60 lines, on purpose: the pool's one event loop, which hands out tasks, waits on pipes, sentinels and
@@ -255,7 +255,7 @@ def _gone(w: _Worker, by: float, now: float) -> bool:
     return True
 
 
-def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Outcome | None, bool]:
+def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[TaskResult | None, bool]:
     """What one worker has to say: (finished task's outcome, whether the worker is gone)."""
     if w.conn in ready:
         try:
@@ -266,14 +266,14 @@ def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Ou
             w.ready = True
             return None, False
         if kind == "item":  # the task goes on; its clock restarts, with the budget the item sets if it sets one
-            outcome = Outcome(w.task, kind, value, now - w.started)
+            outcome = TaskResult(w.task, kind, value, now - w.started)
             w.started = now
             budget = value.get("budget") if isinstance(value, Mapping) else getattr(value, "budget", None)
             if isinstance(budget, (int, float)) and not isinstance(budget, bool):
                 w.budget = float(budget)
             return outcome, False
         if kind != "dead":
-            outcome = Outcome(w.task, kind, value, now - w.started)
+            outcome = TaskResult(w.task, kind, value, now - w.started)
             w.task = None
             return outcome, False
     if w.conn in ready or w.proc.sentinel in ready:
@@ -283,9 +283,9 @@ def _poll(w: _Worker, ready: list[Any], now: float, log: str | None) -> tuple[Ou
             if not w.ready:
                 raise RuntimeError(f"worker failed to start ({reason}); see {log or 'stderr'}")
             return None, True
-        return Outcome(w.task, "crash", reason, now - w.started), True
+        return TaskResult(w.task, "crash", reason, now - w.started), True
     if w.task is not None and now >= w.started + w.budget:
-        return Outcome(w.task, "timeout", f"no result after {w.budget:g} s", now - w.started), True
+        return TaskResult(w.task, "timeout", f"no result after {w.budget:g} s", now - w.started), True
     return None, False
 
 

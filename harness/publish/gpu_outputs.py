@@ -17,16 +17,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.build import layout
 from harness.config.runtimes import provider
 from harness.core.records import CellRecord, ExportRecord, Status
-
-FILE = "cuda_reference.jsonl"
 
 
 def read(out: Path, exports: Iterable[ExportRecord]) -> tuple[dict[tuple[str, str], dict[str, Any]], str | None]:
     """Rows of ``<out>/cuda_reference.jsonl`` by (case, probe) that were computed against this export, and what
     was left out (one line) or None. No file: nothing, and nothing to say."""
-    path = out / FILE
+    path = out / layout.CUDA_REFERENCE
     if not path.is_file():
         return {}, None
     refs: dict[str, set[str]] = {}

@@ -25,7 +25,7 @@ from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
 from harness.core.errors import PROBE_FILE_ERROR
-from harness.core.records import CellRecord, ExportRecord, Rewrite, Status
+from harness.core.records import CellRecord, ExportRecord, Outcome, Rewrite, Status
 from harness.publish import claims
 
 _CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.cases.corpus registers a case
@@ -821,7 +821,7 @@ def _export_lines(exports: list[ExportRecord]) -> list[str]:
             [
                 r.exporter,
                 r.opset,
-                "ok" if r.ok else ("skipped" if r.error_class == "Skipped" else f"**{r.error_class}**"),
+                "ok" if r.ok else ("skipped" if r.outcome is Outcome.SKIPPED else f"**{r.error_class}**"),
                 r.opset_asked or r.opset,
                 r.ir_version or "",
                 _md_escape(r.checker or ""),

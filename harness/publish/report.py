@@ -179,22 +179,12 @@ def build(
         summary = _build(out, results, stage, cells, exports, problems, profile=profile, wall=wall, builtin=builtin)
     try:
         stamps.write_report_stamp(out, profile, results, builtin)
-        _stamp_spec(out, profile)
     except OSError as exc:
         raise HarnessError(
             f"report: {results} is written, but its stamp in {out} is not ({exc.strerror or exc}): "
             "the next `nox -s matrix` writes the report again"
         ) from None
     return summary
-
-
-def _stamp_spec(out: Path, profile: Profile) -> None:
-    """The report's stamp also records the hash of the spec's answer it read (``build/spec.json``): the plan reports
-    again when that file changes."""
-    path = layout.report_stamp(out, profile.name)
-    stamp = cache.read_json(path)
-    if isinstance(stamp, dict):
-        cache.write_json(path, {**stamp, "spec": spec.sha256(out)})
 
 
 def _build(
@@ -210,7 +200,10 @@ def _build(
     builtin: tuple[str, ...],
 ) -> str:
     """The report's files, written into ``stage``; the summary. The steps run in the order of the README's
-    figures: the cells and cards, the environment, the history, the plots and the page, the Markdown."""
+    figures: the cells and cards, the environment, the history, the plots and the page, the Markdown.
+
+    (Over 60 lines, on purpose: each step is a call or two whose results the later steps read; in one piece the
+    order they depend on is the order on the page.)"""
     raw, exports, rewrites = by_written_opset(raw_cells, raw_exports)
     stage.folder(results)
     cells = sorted(spread(raw, exports), key=lambda c: c.key)

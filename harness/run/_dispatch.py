@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.build import layout
-from harness.core.records import CellRecord, ExportRecord, Stage, Status, first_line
+from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, first_line
 from harness.pool.progress import Progress
-from harness.pool.workers import MemoryGate, Outcome, run_tasks
+from harness.pool.workers import MemoryGate, TaskResult, run_tasks
 from harness.run.backends.messages import Cell, CellTask, LatencyTask, Loaded, Localizing, Retry, Timed, Timing
 
 CUT_SHORT = "localizing this mismatch was cut short"
@@ -112,7 +112,7 @@ class _Round:
             state.retry = event.reason
         return None
 
-    def ended(self, task: CellTask, outcome: Outcome) -> tuple[list[CellRecord], CellTask | None]:
+    def ended(self, task: CellTask, outcome: TaskResult) -> tuple[list[CellRecord], CellTask | None]:
         """A task ended: the cells its ending decides, and the task of its probes left to run again (None: it is
         finished)."""
         state = self.states[id(task)]
@@ -204,13 +204,13 @@ def session_mib(task: CellTask) -> float:
 
 
 def charge(
-    rec: ExportRecord, task: CellTask, outcome: Outcome, state: _State, cells: Mapping[str, CellRecord]
+    rec: ExportRecord, task: CellTask, outcome: TaskResult, state: _State, cells: Mapping[str, CellRecord]
 ) -> tuple[list[CellRecord], list[str]]:
     """A worker ended a task early: the cells that failure decides, and the probes to run again."""
     base = rec.cell(task.runtime, task.column, dict(task.env), stage=Stage.RUN)
     left = state.left
     if outcome.kind in ("crash", "timeout"):
-        status = Status.CRASH if outcome.kind == "crash" else Status.TIMEOUT
+        ended = Outcome.WORKER_CRASH if outcome.kind == "crash" else Outcome.WORKER_TIMEOUT
         line = str(outcome.value)
     else:  # the backend raised, or returned without every cell: a harness bug, kept visible in the table
         if outcome.kind == "error":
@@ -218,19 +218,18 @@ def charge(
             line, full = f"harness error {cls}: {first_line(msg)}", tb
         else:
             line = full = f"harness error: the backend returned without cells for {', '.join(left)}"
-        return rec.each_probe(base, left, status=Status.CRASH, error_class="HarnessError", error_line=line, error=full), []
+        return rec.each_probe(base, left, **Outcome.HARNESS_ERROR.fields(), error_line=line, error=full), []
     if not left:  # every cell is in: the worker died on its way out (a provider's teardown, say)
         return [], []
     if state.localizing is not None:  # the cell is in; only its localization is lost
         cell = cells[base.replace(probe=state.localizing).key]
         return [cell.noted(f"{CUT_SHORT}: {line}")], left
-    error_class = outcome.kind.capitalize()
     if not state.loaded:  # died creating the session: every probe shares it
         line = f"{line} while creating the session"
-        return rec.each_probe(base, left, status=status, stage=Stage.LOAD, error_class=error_class, error_line=line), []
+        return rec.each_probe(base, left, **ended.fields(), stage=Stage.LOAD, error_line=line), []
     probe, rest = left[0], left[1:]
     line = f"{line} while running this probe"
-    cell = base.replace(probe=probe, status=status, error_class=error_class, error_line=line, error=line, seconds=outcome.seconds)
+    cell = base.replace(probe=probe, **ended.fields(), error_line=line, error=line, seconds=outcome.seconds)
     return [cell], rest
 
 
@@ -251,7 +250,7 @@ def latency(
 
 def _pooled_then_alone(
     function: str, pooled: Sequence[CellTask | LatencyTask], alone: Sequence[CellTask | LatencyTask], **options: Any
-) -> Iterator[Outcome]:
+) -> Iterator[TaskResult]:
     """:func:`harness.pool.workers.run_tasks` of the contract's ``function`` over ``pooled`` (workers that take task after
     task), then over ``alone`` (a fresh process each: tasks whose worker died, which may be what earlier sessions in
     it left). ``alone`` is read once ``pooled`` is done: tasks added to it meanwhile run too."""

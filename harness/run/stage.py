@@ -32,7 +32,7 @@ from harness.build import cache, frontier, layout, stamps
 from harness.config.matrix import Matrix, Runtime
 from harness.config.runtimes import provider
 from harness.core.errors import HarnessError
-from harness.core.records import CellRecord, ExportRecord, Stage, Status, fallback_note, first_line, runtime_wide
+from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, Status, fallback_note, first_line, runtime_wide
 from harness.pool.progress import Progress
 from harness.run import _dispatch as dispatch
 from harness.run import envprobe
@@ -97,15 +97,12 @@ def _column_record(
             runtime.pin,
             column,
             {},
-            status=Status.ENV_ERROR,
-            error_class="EnvironmentError",
+            **Outcome.NO_ENVIRONMENT.fields(),
             error_line=first_line(import_error),
             error=import_error,
         )
     elif problem := (cpu_problem if column == "cpu" else envprobe.probe_column(column, runtime)):
-        wide = runtime_wide(
-            runtime.pin, column, env, status=Status.UNAVAILABLE, error_class="ProviderUnavailable", error_line=problem
-        )
+        wide = runtime_wide(runtime.pin, column, env, **Outcome.PROVIDER_UNAVAILABLE.fields(), error_line=problem)
     else:
         return None
     return wide.replace(error=wide.error or wide.error_line)
@@ -307,17 +304,15 @@ def captured(cell: CellRecord, rec: ExportRecord | None) -> CellRecord:
     if rec is None or not rec.fell_back or cell.runtime_wide:
         return cell
     if cell.status is Status.PASS:
-        cell = cell.replace(status=Status.FALLBACK)
+        cell = cell.replace(status=Outcome.CAPTURE_FALLBACK.status)
     return cell.noted(fallback_note(rec))
 
 
 def _static_cells(rec: ExportRecord, base: CellRecord) -> list[CellRecord]:
     """Cells decided without running anything: the export failed, ran out of its time (``timeout``, the
     phase and the key to raise in the line), or does not apply."""
-    status = {"Skipped": Status.SKIPPED, "ExporterTimeout": Status.TIMEOUT}.get(rec.error_class or "", Status.EXPORT_FAIL)
-    return rec.each_probe(
-        base, status=status, stage=Stage.EXPORT, error_class=rec.error_class, error_line=rec.error_line, error=rec.error
-    )
+    fields = {"error_class": rec.error_class, "error_line": rec.error_line, "error": rec.error}
+    return rec.each_probe(base, status=rec.outcome.status, stage=Stage.EXPORT, **fields)
 
 
 def reusable(old: CellRecord | None, key: str) -> bool:
@@ -325,7 +320,7 @@ def reusable(old: CellRecord | None, key: str) -> bool:
     machine decides (but a provider that took no node of the graph: its version and the artifact decide that), and
     not a mismatch whose localization a killed run left undone (or a fault cut short, or the reference values a
     large model needs could not be recorded here)."""
-    if old is None or old.cache_key != key or old.error_class == "HarnessError":
+    if old is None or old.cache_key != key or old.error_class == Outcome.HARNESS_ERROR.error_class:
         return False
     if old.status in _NOT_REUSED and old.error_class != TOOK_NO_NODE:
         return False

@@ -19,11 +19,11 @@ import numpy as np
 
 from harness.build import layout
 from harness.config import runtimes
-from harness.core.records import CellRecord, ExportRecord, Stage, Status, first_line
+from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, first_line
 from harness.numeric import localize
 from harness.numeric.compare import compare, describe
 from harness.run.backends.contract import Backend, Session
-from harness.run.backends.messages import TOOK_NO_NODE, Cell, CellTask, Event, Loaded, Localizing, Retry, Timing
+from harness.run.backends.messages import Cell, CellTask, Event, Loaded, Localizing, Retry, Timing
 
 
 def run_probes(be: Backend, task: CellTask) -> Iterator[Event]:
@@ -43,17 +43,17 @@ def run_probes(be: Backend, task: CellTask) -> Iterator[Event]:
         session = be.load(art, rec, ref, task.column, task.options, task.threads, placement=True)
     except Exception as exc:
         pattern = runtimes.provider(task.column).unavailable
-        status = Status.UNAVAILABLE if pattern and re.search(pattern, str(exc)) else Status.LOAD_FAIL
-        if status is Status.LOAD_FAIL and not task.fresh_after and be.internal(exc):
+        ended = Outcome.PROVIDER_REFUSED if pattern and re.search(pattern, str(exc)) else Outcome.LOAD_ERROR
+        if ended is Outcome.LOAD_ERROR and not task.fresh_after and be.internal(exc):
             yield Retry(f"its session failed to load in a worker that ran others first ({first_line(str(exc))[:160]})")
             return
         for cell in rec.each_probe(base, probes):
-            yield Cell(_failed(be, cell, exc, t0, status))
+            yield Cell(_failed(be, cell, exc, t0, ended))
         return
     seconds = time.perf_counter() - t0
     base = base.replace(providers_used=tuple(session.providers_used), **session.facts)
     if (line := be.fell_back(session, task.column)) is not None:
-        for cell in rec.each_probe(base, probes, status=Status.UNAVAILABLE, error_class="ProviderFellBack"):
+        for cell in rec.each_probe(base, probes, **Outcome.PROVIDER_FELL_BACK.fields()):
             yield Cell(cell.replace(error_line=line, error=line))
         return
     yield Loaded(seconds)
@@ -75,7 +75,7 @@ def _probes(
         try:
             feeds, ignored = feeds_for(session.inputs(), ref, probe)
         except KeyError as exc:  # the probe lacks a graph input: nothing ran
-            yield Cell(_failed(be, cell, exc, t1, Status.RUN_FAIL))
+            yield Cell(_failed(be, cell, exc, t1, Outcome.RUN_ERROR))
             continue
         t_run = time.perf_counter()
         try:
@@ -89,12 +89,12 @@ def _probes(
             base = base.replace(placement=placement, note=_partly(placement, runtimes.provider(task.column).ep))
             cell = cell.replace(placement=base.placement, note=base.note)
             if (line := be.fell_back(session, task.column, base.placement)) is not None:
-                fell = {"status": Status.UNAVAILABLE, "error_class": TOOK_NO_NODE, "error_line": line, "error": line}
+                fell = {**Outcome.PROVIDER_TOOK_NO_NODE.fields(), "error_line": line, "error": line}
                 for rest in rec.each_probe(base.replace(stage=Stage.RUN), probes[i:]):
                     yield Cell(rest.replace(**fell))
                 break
         if error is not None or outs is None:
-            yield Cell(_failed(be, cell, error or RuntimeError("no outputs"), t1, Status.RUN_FAIL))
+            yield Cell(_failed(be, cell, error or RuntimeError("no outputs"), t1, Outcome.RUN_ERROR))
             continue
         want = layout.probe_outputs(ref, probe)
         ok, stats = compare(want, outs, **rec.tolerance)
@@ -107,8 +107,7 @@ def _probes(
         line = describe(stats)
         found = localize.first_output_mismatch(_nodes(art), session.outputs(), outs, want, **rec.tolerance)
         cell = cell.replace(
-            status=Status.MISMATCH,
-            error_class="Mismatch",
+            **Outcome.MISMATCH.fields(),
             error_line=line,
             error=line,
             localization=found or "every output is within tolerance on its own",
@@ -154,12 +153,11 @@ def _nodes(art: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text()) if path.exists() else []
 
 
-def _failed(be: Backend, cell: CellRecord, exc: BaseException, started: float, status: Status) -> CellRecord:
-    """The one place an exception becomes a cell: its status, class, line and message."""
+def _failed(be: Backend, cell: CellRecord, exc: BaseException, started: float, ended: Outcome) -> CellRecord:
+    """The one place an exception becomes a cell: its status and class (:meth:`Outcome.fields`), line and message."""
     msg = str(exc)
     return cell.replace(
-        status=status,
-        error_class=type(exc).__name__,
+        **ended.fields(exc),
         error_line=be.describe_error(msg),
         error=msg[:20000],
         seconds=time.perf_counter() - started,

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from harness.core.records import CellRecord, Latency
+from harness.core.records import CellRecord, Latency, Outcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Timing:
 
 Event = Loaded | Cell | Localizing | Retry | Timing
 
-TOOK_NO_NODE = "ProviderTookNoNode"
+TOOK_NO_NODE = Outcome.PROVIDER_TOOK_NO_NODE.error_class
 """The error class of a cell whose session held the column's provider but placed none of the graph's nodes on it:
 ``unavailable`` as a fallback is, but decided by the artifact and the provider's version, not by the machine."""
 
