@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:300])
             rows.append(row)
     seconds = time.perf_counter() - t0
-    path = out / "cuda_reference.jsonl"
+    path = out / layout.CUDA_REFERENCE
     path.write_text("".join(json.dumps({**r, "device": facts["device"]}, sort_keys=True) + "\n" for r in rows))
     counts: dict[str, int] = {}
     for r in rows:
