@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from harness.answer import published  # noqa: E402
-from harness.build import lock, plan, stamps  # noqa: E402
 from harness.cases import corpus  # noqa: E402
 from harness.cli import check_options, matrix_options  # noqa: E402
 from harness.config.matrix import load, version_tuple  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.run.backends.gpu import nvidia_driver_problem  # noqa: E402
+from harness.store import lock, plan, stamps  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -410,7 +410,7 @@ def report(session: nox.Session) -> None:
 
 def _hold(ns: argparse.Namespace, what: str, echo: Any) -> None:
     """One writer per build folder and per results folder: both held by this nox process until it exits (every
-    session it queues runs in it) and handed to the stages it starts (:meth:`harness.build.lock.Lock.env`); a second
+    session it queues runs in it) and handed to the stages it starts (:meth:`harness.store.lock.Lock.env`); a second
     `nox -s matrix` on the same --out, or a `harness report` into this job's results, is refused at once."""
     folders = [ROOT / ns.out]
     if (ROOT / ns.results).resolve() != folders[0].resolve():
@@ -425,7 +425,7 @@ def _hold(ns: argparse.Namespace, what: str, echo: Any) -> None:
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
     """The whole job: export → run on every runtime of the profile → report; a stage that is up to
-    date (harness.build.plan: same inputs, same files, every cache entry whole) is not started."""
+    date (harness.store.plan: same inputs, same files, every cache entry whole) is not started."""
     ns = _options(session.posargs)
     if why := published.results_out_of_tree():
         session.error(why)

@@ -71,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from harness.build import layout
     from harness.cases import corpus
     from harness.config.matrix import load
     from harness.core.records import ExportRecord
     from harness.numeric.compare import compare, describe
+    from harness.store import layout
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():

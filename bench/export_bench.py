@@ -8,7 +8,8 @@ same cases at the same dynamo opsets, into scratch folders, ``--force`` each tim
   before the sharing: the exporter's first use and its operator registry are paid by every artifact;
 - **shared** (the default): the server did one public export of a probe module, built the registry of every opset the
   run asks for (harness/export/_warm.py) and froze its objects out of the children's garbage collections
-  (harness/pool/_freeze.py).
+  (harness/pool/_freeze.py); each case's exports run in one process, sharing one capture and one decomposition per
+  class of opsets (harness/export/_reuse.py).
 
 It prints the median and total of the exporter call per artifact (``timing.export`` of each ``export.json``) and the
 stage's wall time for each, checks that both wrote the same files byte for byte, and then, in one warmed process,

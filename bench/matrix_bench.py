@@ -43,10 +43,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.build import cache  # noqa: E402
-from harness.build.layout import EXPORT_STAMP as STAMP  # noqa: E402
-from harness.build.layout import stamp_path  # noqa: E402
 from harness.config.matrix import load  # noqa: E402
+from harness.store import cache  # noqa: E402
+from harness.store.layout import EXPORT_STAMP as STAMP  # noqa: E402
+from harness.store.layout import stamp_path  # noqa: E402
 
 # The bench's own case, added to every run: "touching one case" edits its forward.
 CASE = '''"""matrix_bench's own case: one small model whose forward the bench edits between runs."""

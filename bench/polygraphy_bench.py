@@ -57,11 +57,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.build.layout import MANIFEST, load_artifacts, probe_inputs, probe_outputs  # noqa: E402
 from harness.config.matrix import Matrix, Runtime, load  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.core.records import ExportRecord, Status  # noqa: E402
 from harness.run.stage import run_runtime  # noqa: E402
+from harness.store.layout import MANIFEST, load_artifacts, probe_inputs, probe_outputs  # noqa: E402
 
 _VERDICT = re.compile(r"^\[I\] Iteration: (\d+)\s*$|(PASSED|FAILED) \| simple \|")
 

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.build import lock
 from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import first_line
+from harness.store import lock
 
 RUNTIME_EXAMPLES = ("onnxruntime==1.17.3", "1.17.3", "ort-1.17.3", "ortov-1.24.1 (in results/openvino/)")
 """``recommend --runtime``'s examples: each answered by a published table (tests/test_recommend.py asks each)."""
@@ -293,7 +293,7 @@ def _json_arg(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def _corpus(matrix: Matrix, args: argparse.Namespace) -> list[str]:
-    from harness.build.plan import corpus_sources
+    from harness.store.plan import corpus_sources
 
     return corpus_sources(matrix, args.corpus, args.only_corpus, matrix.profile(args.profile))
 
@@ -364,7 +364,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             out = profile.torch_out(out, args.torch)
     elif getattr(args, "torch", None) is not None:
         raise HarnessError(f"--torch: `harness {args.command}` takes no torch release; drop it")
-    if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.build.lock
+    if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.store.lock
         from harness.answer import published
 
         with contextlib.ExitStack() as held:
@@ -451,14 +451,14 @@ def _validate(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: P
 
 
 def _jobs(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import nightly
+    from harness.store import nightly
 
     print(json.dumps(nightly.jobs(args.sessions, profile), separators=(",", ":")))
     return 0
 
 
 def _gather(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import nightly
+    from harness.store import nightly
 
     written = nightly.gather(out, profile, args.sources, partial=args.partial)
     print(f"gathered {len(written)} shards into {out / 'shards'}")
@@ -483,8 +483,8 @@ def _list(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
 
 def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import plan
     from harness.cases import corpus
+    from harness.store import plan
 
     results = Path(args.results) if args.results else profile.results(out)
     sources = _corpus(matrix, args)
@@ -519,8 +519,8 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
 
 
 def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.build import spec
     from harness.spec import stage
+    from harness.store import spec
 
     signal.signal(signal.SIGTERM, _interrupted)
     facts = stage.judge_all(out, workers=args.workers, force=args.force, onnx_pin=matrix.export.onnx)

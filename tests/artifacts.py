@@ -28,12 +28,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from harness.build import cache
-from harness.build.cache import sha256_file as sha256
-from harness.build.cache import write_json
-from harness.build.layout import MANIFEST
 from harness.core.records import ArtifactKey, ExportRecord
 from harness.export._exporters import graph_stats
+from harness.store import cache
+from harness.store.cache import sha256_file as sha256
+from harness.store.cache import write_json
+from harness.store.layout import MANIFEST
 
 IR_VERSION = 8
 OPSET = 17
@@ -110,7 +110,7 @@ def write_manifest(out: Path, ids: list[str]) -> None:
     """Write ``out/manifest.json`` listing ``ids``, and the runtimes' frontier models (real ones: the run stage measures
     what each runtime loads on them, and a report refuses a runtime whose frontier is not measured), as the export
     stage does (profile ``faults``)."""
-    from harness.build import frontier
+    from harness.store import frontier
 
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / MANIFEST, {"profile": "faults", "artifacts": list(ids), "versions": {}, "seconds": 0, "problems": []})

@@ -1,4 +1,4 @@
-"""The shard's append-only writer (harness/build/layout.py, ``Appender``): its open seal vouches for every line
+"""The shard's append-only writer (harness/store/layout.py, ``Appender``): its open seal vouches for every line
 within a tenth of a second of the line, and for exactly the bytes written (what a killed run resumes from), without
 rewriting the seal for every cell; the shard rewritten at the end from the lines it already made is byte for byte
 the one made afresh."""
@@ -10,8 +10,8 @@ import json
 import time
 from pathlib import Path
 
-from harness.build import cache, layout
 from harness.core.records import CellRecord, Stage, Status
+from harness.store import cache, layout
 
 
 def _cells(n: int) -> list[CellRecord]:

@@ -1,6 +1,6 @@
 """The package's layout, checked: which folder may import which, what each environment's code may import, sizes.
 
-The import graph is :mod:`harness.build.code`'s, the one the cache keys follow: every import statement of the
+The import graph is :mod:`harness.store.code`'s, the one the cache keys follow: every import statement of the
 package (inside functions too), and the strings that name harness code for a process to import. So a rule broken
 here is an import that really runs, and a module these rules cannot see cannot be missing from a key either.
 """
@@ -17,22 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import code
+from harness.store import code
 
 PACKAGE = code.PACKAGE
 
 ALLOWED = {
     "core": set(),
     "config": {"core"},
-    "build": {"core", "config"},
-    "cases": {"core", "config", "build"},
-    "numeric": {"core", "config", "build"},
+    "store": {"core", "config"},
+    "cases": {"core", "config", "store"},
+    "numeric": {"core", "config", "store"},
     "pool": {"core"},
-    "answer": {"core", "config", "build"},
-    "export": {"core", "config", "build", "cases", "numeric", "pool"},
-    "run": {"core", "config", "build", "numeric", "pool"},
-    "spec": {"core", "config", "build", "numeric", "pool"},
-    "publish": {"core", "config", "build", "numeric", "answer"},
+    "answer": {"core", "config", "store"},
+    "export": {"core", "config", "store", "cases", "numeric", "pool"},
+    "run": {"core", "config", "store", "numeric", "pool"},
+    "spec": {"core", "config", "store", "numeric", "pool"},
+    "publish": {"core", "config", "store", "numeric", "answer"},
 }
 """Folder → the folders it may import besides itself. The four stages (export, spec, run, publish) import no other
 stage; ``answer`` reads a published table and is read by the report (the README states the answer); the command
@@ -45,7 +45,7 @@ ENVIRONMENTS = {
     "harness.publish.report": {"torch", "onnxscript", "onnxruntime", "transformers"},
     "harness.answer.recommend": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
-    "harness.answer.models": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
+    "harness.answer.real_models": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.torch_table": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
 }
 """Entry point → the libraries its environment does not hold: the run environments hold one runtime and numpy,
@@ -53,7 +53,7 @@ the report's pandas, tabulate and numpy, and ``harness recommend`` and ``harness
 alone. No module it imports may import them, even inside a function (:data:`LAZY` aside)."""
 
 LAZY = {
-    "harness.build.frontier": {"onnx", "onnxruntime", "numpy"},
+    "harness.store.frontier": {"onnx", "onnxruntime", "numpy"},
 }
 """The one module that imports, inside its functions, libraries of two environments: the frontier's models are
 written with ``onnx`` in the export environment (``write_models``) and loaded with ``onnxruntime`` in each run
@@ -271,10 +271,10 @@ def test_every_string_that_names_harness_code_names_a_module_that_exists() -> No
 
 def test_the_graph_sees_an_import_inside_a_function_and_a_string_reference_but_not_type_checking() -> None:
     assert "harness.pool._forkserver" in code.imports("harness.pool.workers")  # only named in a string
-    assert "harness.build.frontier" in code.imports("harness.build.stamps")  # imported inside a function
+    assert "harness.store.frontier" in code.imports("harness.store.stamps")  # imported inside a function
     source = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from harness.publish import report\nelse:\n    from harness.build import lock\n"
+        "if TYPE_CHECKING:\n    from harness.publish import report\nelse:\n    from harness.store import lock\n"
         "def f():\n    from harness.numeric import compare\n"
         "TASK = 'harness.pool.workers:run_tasks'\n"
         "PROGRAM = 'import sys; from harness.run.envprobe import probe_environment'\n"
@@ -283,8 +283,8 @@ def test_the_graph_sees_an_import_inside_a_function_and_a_string_reference_but_n
     visitor = code._Imports("harness.x.y", is_package=False)
     visitor.visit(ast.parse(source))
     assert visitor.found == {
-        "harness.build",
-        "harness.build.lock",
+        "harness.store",
+        "harness.store.lock",
         "harness.numeric",
         "harness.numeric.compare",
         "harness.pool.workers",

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from harness.answer import lookup, models
-from harness.build import plan
+from harness.answer import lookup, real_models
 from harness.cases import corpus
 from harness.config.matrix import load
 from harness.core.records import CellRecord, Stage, Status
+from harness.store import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "architectures"
@@ -154,13 +154,13 @@ def test_one_cause_shared_by_two_models_is_one_finding() -> None:
         _cell("bert", "torchscript", 17, NEW, Status.MISMATCH, "3/40 elements differ"),
     ]
     loads = {OLD: {"runtime": OLD, "max_ir": 9, "max_opset": 19}, NEW: {"runtime": NEW, "max_ir": 11, "max_opset": 25}}
-    found = models.findings(cells, loads)
+    found = real_models.findings(cells, loads)
     assert [(f.exporter, f.status, f.cases) for f in found] == [
         ("dynamo", Status.RUN_FAIL, ("llama", "qwen2")),
         ("torchscript", Status.MISMATCH, ("bert",)),
     ]  # the IR-10 refusal on 1.16.3 is the frontier's, said once per runtime: no finding
     loads[OLD]["max_ir"] = 10  # a refusal the frontier does not explain is a finding of its own
-    assert any(f.status is Status.LOAD_FAIL for f in models.findings(cells, loads))
+    assert any(f.status is Status.LOAD_FAIL for f in real_models.findings(cells, loads))
 
 
 def test_the_answer_per_model_folds_runtimes_that_agree() -> None:
@@ -168,9 +168,9 @@ def test_the_answer_per_model_folds_runtimes_that_agree() -> None:
     cells = [_cell("m", "torchscript", o, rt, Status.PASS) for o in (17, 18) for rt in runtimes]
     cells += [_cell("m", "dynamo", 18, rt, Status.PASS if rt.endswith("1.17.3") else Status.MISMATCH) for rt in runtimes]
     cells = [c for c in cells if not (c.runtime.endswith("1.17.3") and c.opset == 18 and c.exporter == "torchscript")]
-    (answer,) = models.per_model(cells, ["m"], cards={"m": {"title": "M (decode step)"}})
+    (answer,) = real_models.per_model(cells, ["m"], cards={"m": {"title": "M (decode step)"}})
     assert answer.title == "M (decode step)"
-    assert models.by_runtime(answer) == "1.15.1–1.16.3: torchscript 18 · 1.17.3: dynamo 18"
+    assert real_models.by_runtime(answer) == "1.15.1–1.16.3: torchscript 18 · 1.17.3: dynamo 18"
 
 
 def test_recommend_takes_a_title() -> None:

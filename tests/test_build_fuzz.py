@@ -26,12 +26,12 @@ from typing import Any
 import onnxruntime
 import pytest
 
-from harness.build import cache, frontier, layout, lock, plan, spec, stamps
 from harness.config.matrix import Matrix, load
 from harness.core.errors import HarnessError
 from harness.export import stage as export
 from harness.publish import gpu_outputs as gpuref
 from harness.run import envprobe
+from harness.store import cache, frontier, layout, lock, plan, spec, stamps
 from tests.test_cache import CORPUS
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`

@@ -1,4 +1,4 @@
-"""Content-addressed caching (harness.build.cache, harness.build.plan) on real exports and the real runtime.
+"""Content-addressed caching (harness.store.cache, harness.store.plan) on real exports and the real runtime.
 
 A rerun with nothing changed exports nothing and runs nothing; a changed case
 redoes its own artifacts and cells and no other; a damaged cache entry or
@@ -16,15 +16,15 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness.build import cache, layout, plan
-from harness.build.layout import EXPORT_STAMP as STAMP
-from harness.build.layout import STORE, load_artifacts, read_shard, shard_path, stamp_path
 from harness.cases import corpus
 from harness.cases.source import case_digest
 from harness.config.matrix import Profile, load
 from harness.core.records import Status
 from harness.export.stage import export_all
 from harness.run.stage import run_runtime
+from harness.store import cache, layout, plan
+from harness.store.layout import EXPORT_STAMP as STAMP
+from harness.store.layout import STORE, load_artifacts, read_shard, shard_path, stamp_path
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
 
@@ -472,7 +472,7 @@ def test_a_comment_or_docstring_edit_moves_no_code_key(tmp_path: Path) -> None:
 def test_a_profiles_report_stamp_is_its_own(tmp_path: Path) -> None:
     """Two profiles reported from one build folder (the default and openvino, say) each keep their own stamp: reporting
     one leaves the other up to date, and a profile published inside another's folder is not the outer one's output."""
-    from harness.build import stamps
+    from harness.store import stamps
 
     out, results = tmp_path / "build", tmp_path / "results"
     (out / "shards").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Cache keys follow the code that runs (:mod:`harness.build.code`): an edit moves exactly the keys of what imports it.
+"""Cache keys follow the code that runs (:mod:`harness.store.code`): an edit moves exactly the keys of what imports it.
 
 Each test edits a copy of the package (a statement that does something, not a comment) and computes, in this
 process over the copy's folder, every key the edit could move: the export's code, each runtime kind's run code,
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import cache, code, stamps
 from harness.config import runtimes
 from harness.config.matrix import load
+from harness.store import cache, code, stamps
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")
@@ -67,7 +67,7 @@ def test_an_edit_of_the_worker_pool_moves_every_run_key_and_the_export_key(packa
     assert _moved(package, "pool/workers.py") == {"export", "report", *ALL_RUN}
 
 
-@pytest.mark.parametrize("rel", ["pool/_forkserver.py", "run/envprobe.py", "build/cache.py", "run/_dispatch.py"])
+@pytest.mark.parametrize("rel", ["pool/_forkserver.py", "run/envprobe.py", "store/cache.py", "run/_dispatch.py"])
 def test_an_edit_of_any_module_the_run_stage_imports_moves_every_run_key(package: Path, rel: str) -> None:
     """``_forkserver`` is named only in a string (the pool preloads it): the graph follows that too."""
     assert _moved(package, rel) >= ALL_RUN

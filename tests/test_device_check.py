@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from harness.answer import lookup, published
-from harness.build import layout
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.publish import gpu_outputs as gpuref
 from harness.publish.markdown import _beside_lines
 from harness.run.backends.gpu import nvidia_driver_problem
+from harness.store import layout
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
 

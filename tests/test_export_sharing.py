@@ -1,10 +1,16 @@
-"""The export's shared warm start (harness/export/_warm.py, harness/pool/_freeze.py) changes how fast an artifact
-comes, never what it is: the same cases exported with it and without it (``harness export --no-share``: a cold process
-and a registry of its own per export, as a plain ``torch.onnx.export`` call has) give byte-identical files.
+"""What the export shares changes how fast an artifact comes, never what it is: the warm start
+(harness/export/_warm.py, harness/pool/_freeze.py), one process per case × exporter, and a dynamo capture and
+decomposition shared by a case's opsets (harness/export/_reuse.py). The same cases exported with all of it and without
+it (``harness export --no-share``: a cold process, a registry and a plain ``torch.onnx.export`` call per artifact) give
+byte-identical files and the same records, warnings included.
 
 The cases are the ones whose exports are most sensitive to what a process did before (an ``nn.LSTM`` with a dynamic
 length fails a second dynamo export in one process; a custom ``torch.library`` op registered by the corpus; attention
-and a data-dependent branch), at an opset dynamo rewrites (17: built at 18, converted down) and at two it writes."""
+and a data-dependent branch; a scripted loop, which a second ``torch.jit.script`` in one process names differently; a
+train-mode BatchNorm, whose dynamo export changes the model), at an opset dynamo rewrites (17: built at 18, converted
+down) and at opsets of every class whose registries implement different ops (18 and 19; 20; 21; 23 and later). A task
+that crashes part-way costs the artifact it was on, and one whose export changes the model's state stops sharing:
+both are exported here too."""
 
 from __future__ import annotations
 
@@ -16,14 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.build.layout import MODEL, RECORD
+from harness.core.records import ExportRecord
 from harness.export import _warm
 from harness.export.stage import _warm_server
+from harness.store.layout import MODEL, RECORD
 
 pytestmark = pytest.mark.torch  # real exports with torch: `nox -s tests`, not `nox -s unit`
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = "frozen_batch,lstm_h0_omitted,custom_library_op,sdpa_enable_gqa,data_dependent_branch"
+CASES = "frozen_batch,lstm_h0_omitted,custom_library_op,sdpa_enable_gqa,data_dependent_branch,loop_scripted,train_mode_batchnorm"
 
 
 def _export(tmp_path: Path, name: str, *extra: str) -> dict[str, tuple[bytes | None, dict]]:
@@ -32,7 +39,8 @@ def _export(tmp_path: Path, name: str, *extra: str) -> dict[str, tuple[bytes | N
     if not matrix.exists():  # the project's matrix with one more profile: dynamo at 17, 18, 23 and TorchScript at 17
         text = (ROOT / "matrix.toml").read_text(encoding="utf-8")
         text += '\n[profiles.sharing]\nruntimes = ["onnxruntime==1.32.0"]\nproviders = ["cpu"]\n'
-        text += 'exporters = ["torchscript", "dynamo"]\nopsets = { torchscript = [17], dynamo = [17, 18, 23] }\n'
+        text += 'exporters = ["torchscript", "dynamo"]\n'
+        text += "opsets = { torchscript = [13, 17], dynamo = [17, 18, 19, 20, 21, 23, 28] }\n"
         matrix.write_text(text, encoding="utf-8")
         (tmp_path / "models").symlink_to(ROOT / "models")  # the corpus, found beside the matrix file
     cmd = [sys.executable, "-m", "harness", "export", "--matrix", str(matrix), "--profile", "sharing"]
@@ -50,15 +58,16 @@ def _export(tmp_path: Path, name: str, *extra: str) -> dict[str, tuple[bytes | N
 def test_sharing_the_exporters_warm_start_changes_no_artifact(tmp_path: Path) -> None:
     shared = _export(tmp_path, "shared")
     plain = _export(tmp_path, "plain", "--no-share")
-    assert shared.keys() == plain.keys() and len(shared) == 20
+    assert shared.keys() == plain.keys() and len(shared) == 63
     written = [k for k, (model, _) in shared.items() if model is not None and ".dynamo." in k]
     assert len(written) >= 8, "too few dynamo exports succeeded for the comparison to mean anything"
     for key, (model, record) in shared.items():
         other_model, other = plain[key]
         assert model == other_model, f"{key}: the shared warm start changed the exported file"
-        for field in ("ok", "error_class", "error_line", "sha256", "opset_actual", "ir_version", "graph", "checker"):
+        fields = ("ok", "error_class", "error_line", "error", "sha256", "opset_actual", "ir_version", "graph", "checker")
+        for field in (*fields, "capture", "capture_note", "probes", "probe_errors", "intermediates_sha256"):
             assert record.get(field) == other.get(field), f"{key}: {field} differs"
-        assert [w["message"] for w in record["warnings"]] == [w["message"] for w in other["warnings"]], key
+        assert record["warnings"] == other["warnings"], key
     # And it is faster: the dynamo exports' own seconds, summed (a loose bound: the point is the test above).
     cost = {
         n: sum(r["timing"].get("export", 0.0) for k, (_, r) in found.items() if ".dynamo." in k)
@@ -79,7 +88,7 @@ def test_a_torch_without_the_private_registry_api_says_so_in_one_line_and_export
     why = _warm.unavailable()
     assert why is not None and "from_torchlib" in why
     lines: list[str] = []
-    task = types.SimpleNamespace(exporter="dynamo", opset=20)
+    task = types.SimpleNamespace(exporter="dynamo", items=[types.SimpleNamespace(opset=20)])
     monkeypatch.delenv(_warm.ENV, raising=False)
     assert _warm_server([task], True, lines.append) == ("harness.export._warm",)  # the public warm-up still runs
     assert len(lines) == 1 and "builds its own operator registry" in lines[0] and "from_torchlib" in lines[0]
@@ -88,8 +97,8 @@ def test_a_torch_without_the_private_registry_api_says_so_in_one_line_and_export
 
 def test_nothing_is_warmed_without_a_dynamo_task_or_with_sharing_off(monkeypatch: pytest.MonkeyPatch) -> None:
     lines: list[str] = []
-    ts = types.SimpleNamespace(exporter="torchscript", opset=17)
-    dyn = types.SimpleNamespace(exporter="dynamo", opset=17)
+    ts = types.SimpleNamespace(exporter="torchscript", items=[types.SimpleNamespace(opset=17)])
+    dyn = types.SimpleNamespace(exporter="dynamo", items=[types.SimpleNamespace(opset=17)])
     assert _warm_server([ts], True, lines.append) == ()
     assert _warm_server([dyn], False, lines.append) == ()
     assert lines == []
@@ -117,3 +126,84 @@ def test_the_shared_registry_is_the_one_a_plain_call_builds() -> None:
         assert _registration.ONNXRegistry.from_torchlib(opset_version=22) is not shared
     finally:
         _registration.ONNXRegistry.from_torchlib = original
+
+
+TASKS = '''
+import os
+import signal
+
+import torch
+from harness.cases.corpus import Case, randn, register
+
+_EXPORTS = [0]
+
+
+class SecondExportCrashes(torch.nn.Module):
+    """Dies by SIGSEGV in the second export of its process (the first of a fresh one passes)."""
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            _EXPORTS[0] += 1
+            if _EXPORTS[0] == 2:
+                os.kill(os.getpid(), signal.SIGSEGV)
+        return x * 2
+
+
+class CountsCalls(torch.nn.Module):
+    """Adds one to a buffer in place on every run: a trace changes the model it exports."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return x + self.calls
+
+
+register(Case(name="second_export_crashes", model=SecondExportCrashes, inputs=lambda: {"x": randn(2, 3)},
+              exporters=("torchscript",), skip_reason="the crash is TorchScript's"))
+register(Case(name="counts_calls", model=CountsCalls, inputs=lambda: {"x": randn(2, 3)}))
+'''
+
+
+def _tasks(tmp_path: Path, share: bool) -> tuple[dict[str, ExportRecord], list[str], dict[str, bytes | None]]:
+    from harness.config.matrix import Profile, load
+    from harness.export.stage import export_all
+
+    matrix = load(ROOT / "matrix.toml")
+    profile = Profile("tasks", (matrix.runtimes[-1],), ("cpu",), ("torchscript", "dynamo"), (13, 17, 20))
+    source = tmp_path / "task_cases.py"
+    source.write_text(TASKS, encoding="utf-8")
+    out = tmp_path / ("shared" if share else "plain")
+    lines: list[str] = []
+    records, problems = export_all(
+        matrix, profile, [str(source)], out, root=ROOT, share=share, echo=lines.append, echo_error=lines.append
+    )
+    assert problems == []
+    models = {r.key.id: _read(out / "artifacts" / r.key.id / MODEL) for r in records}
+    return {r.key.id: r for r in records}, lines, models
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
+
+
+def test_a_task_that_dies_part_way_costs_the_artifact_it_was_on_and_the_rest_are_exported_alone(tmp_path: Path) -> None:
+    shared, lines, _ = _tasks(tmp_path, share=True)
+    crashed = [shared[f"second_export_crashes.torchscript.op{o}"] for o in (13, 17, 20)]
+    assert [(r.ok, r.error_class) for r in crashed] == [(True, None), (False, "ExporterCrash"), (True, None)]
+    assert "SIGSEGV during the torchscript exporter" in (crashed[1].error_line or ""), crashed[1].error_line
+    assert any("artifacts again, each in a process of its own" in line for line in lines), lines
+    plain, _, _ = _tasks(tmp_path, share=False)
+    assert all(plain[f"second_export_crashes.torchscript.op{o}"].ok for o in (13, 17, 20))  # each its own process
+
+
+def test_an_export_that_changes_the_model_stops_the_sharing_and_changes_no_artifact(tmp_path: Path) -> None:
+    shared, _, shared_models = _tasks(tmp_path, share=True)
+    plain, _, plain_models = _tasks(tmp_path, share=False)
+    ids = [k for k in shared if k.startswith("counts_calls.")]
+    assert len(ids) == 6 and all(shared[k].ok for k in ids), {k: shared[k].error_line for k in ids}
+    for k in ids:
+        assert shared_models[k] == plain_models[k] and shared_models[k] is not None, k
+        assert shared[k].warnings == plain[k].warnings and shared[k].graph == plain[k].graph, k

@@ -21,12 +21,12 @@ from onnx import TensorProto as T  # noqa: E402
 from onnx import helper as h  # noqa: E402
 
 from harness.answer import fault  # noqa: E402
-from harness.build import cache, layout, plan, spec  # noqa: E402
 from harness.config.matrix import load  # noqa: E402
 from harness.core.records import CellRecord, ExportRecord, Stage, Status  # noqa: E402
 from harness.numeric.compare import compare  # noqa: E402
 from harness.spec import _evaluate  # noqa: E402
 from harness.spec import stage as spec_stage  # noqa: E402
+from harness.store import cache, layout, plan, spec  # noqa: E402
 from tests.artifacts import write_artifact, write_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ import onnxruntime as ort
 import pytest
 
 from harness.answer import lookup, published, recommend
-from harness.build import cache, frontier
+from harness.store import cache, frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"

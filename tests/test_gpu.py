@@ -25,9 +25,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.build import cache, layout
-from harness.build.layout import read_shard, shard_path, stamp_path
-from harness.build.nightly import gather
 from harness.config import runtimes
 from harness.config.matrix import load
 from harness.core.errors import HarnessError
@@ -36,6 +33,9 @@ from harness.run.backends import tensorrt as trt_backend
 from harness.run.backends.gpu import nvidia_driver_problem
 from harness.run.envprobe import wrong_environment
 from harness.run.stage import run_runtime
+from harness.store import cache, layout
+from harness.store.layout import read_shard, shard_path, stamp_path
+from harness.store.nightly import gather
 from tests.artifacts import fault_corpus
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
@@ -521,8 +521,8 @@ def test_gather_on_the_command_line_says_one_line_and_exits_2(ran: Path, tmp_pat
 def test_page_columns_tell_the_packages_apart_and_reproduce_each_its_own_way(tmp_path: Path) -> None:
     """onnxruntime 1.31.1's CPU column and onnxruntime-gpu 1.31.1's are two columns with two labels; a GPU
     column's reproducer names its provider, a native TensorRT column's runs Polygraphy's TensorRT runner."""
-    from harness.build.layout import load_artifacts
     from harness.publish import page
+    from harness.store.layout import load_artifacts
 
     out = tmp_path / "build"
     fault_corpus(out, only=["add_one"])

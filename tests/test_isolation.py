@@ -21,15 +21,15 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from harness.build import cache, stamps
-from harness.build.cache import sha256_file as sha256
-from harness.build.layout import load_artifacts, read_shard, shard_path
 from harness.config.matrix import Matrix, load
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.numeric.localize import save_intermediates
 from harness.run import _dispatch as dispatch
 from harness.run.backends.messages import CellTask, LatencyTask
 from harness.run.stage import reusable, run_runtime
+from harness.store import cache, stamps
+from harness.store.cache import sha256_file as sha256
+from harness.store.layout import load_artifacts, read_shard, shard_path
 from tests.artifacts import div_folded, fault_corpus, write_manifest
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`

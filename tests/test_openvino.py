@@ -21,11 +21,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness.build import stamps
 from harness.config import runtimes
 from harness.config.matrix import load
 from harness.core.records import CellRecord, Status
 from harness.run.stage import reusable
+from harness.store import stamps
 from tests.artifacts import IR_VERSION, OPSET, fault_corpus, runtime_env, write_artifact, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

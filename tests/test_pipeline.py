@@ -14,13 +14,13 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness.build.layout import read_shard, shard_path
 from harness.cases import corpus
 from harness.config.matrix import Matrix, Profile, load
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.export.stage import export_all
 from harness.publish import claims
 from harness.run.stage import run_runtime
+from harness.store.layout import read_shard, shard_path
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`
 

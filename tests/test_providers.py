@@ -85,10 +85,10 @@ def test_a_session_that_drops_cuda_is_unavailable_not_a_pass(gpu_env: Path, shar
     logs an error and runs it on the CPU; the cell must say so."""
     art = Path(shards["out"]) / "artifacts" / "add_one.torchscript.op17"  # type: ignore[arg-type]
     script = (
-        "import json, sys; from harness.run.backends import messages, worker\n"
-        "worker.init_worker('harness.run.backends.onnxruntime:OnnxRuntime')\n"
+        "import json, sys; from harness.run.backends import entry, messages\n"
+        "entry.init_worker('harness.run.backends.onnxruntime:OnnxRuntime')\n"
         "task = messages.CellTask(sys.argv[1], 'onnxruntime-gpu==1.31.1', 'cuda', '', {}, {}, ('example', 'second'), {})\n"
-        "print(json.dumps([e.cell.to_dict() for e in worker.run_cells(task) if isinstance(e, messages.Cell)]))\n"
+        "print(json.dumps([e.cell.to_dict() for e in entry.run_cells(task) if isinstance(e, messages.Cell)]))\n"
     )
     proc = subprocess.run([str(gpu_env), "-c", script, str(art)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

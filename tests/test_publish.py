@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.answer import published
-from harness.build import lock
 from harness.publish import staged
+from harness.store import lock
 from tests.artifacts import fault_corpus
 from tests.test_reliability import PROFILE, ROOT, _files, _matrix, _one_line, _report, _run
 

@@ -22,13 +22,13 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from harness.build import layout, lock, nightly
-from harness.build.layout import load_artifacts, shard_path, write_shard
 from harness.config.matrix import Matrix, load
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Stage, Status
 from harness.publish import report
 from harness.run.stage import run_runtime
+from harness.store import layout, lock, nightly
+from harness.store.layout import load_artifacts, shard_path, write_shard
 from tests.artifacts import fault_corpus, faults, write_artifact, write_manifest
 from tests.test_isolation import _alive
 
@@ -214,7 +214,7 @@ def test_a_second_writer_is_refused_at_once_and_a_dead_holder_s_lock_is_taken_ov
     matrix, out = _matrix(tmp_path), tmp_path / "build"
     fault_corpus(out, only=["add_one"])
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.store import lock; "
          "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the test holder)', stage=False); print('held', flush=True); "
          "time.sleep(300)",
          str(out)],
@@ -334,7 +334,7 @@ def test_no_string_from_a_model_a_card_a_probe_or_an_error_becomes_markup(tmp_pa
     shard = shard_path(out, runtime, "cpu")
     shard.parent.mkdir(parents=True)
     write_shard(shard, cells)
-    from harness.build import frontier  # what the runtime loads, measured for real: the report refuses it missing
+    from harness.store import frontier  # what the runtime loads, measured for real: the report refuses it missing
 
     frontier.measure_if_stale(out, matrix.runtime(onnxruntime.__version__), echo=lambda _: None)
     layout.seal(shard, {})
@@ -444,7 +444,7 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
     """`nox -s matrix` takes the build folder's lock in its first session, before any environment exists."""
     out = tmp_path / "build"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.store import lock; "
          "held = lock.acquire(Path(sys.argv[1]), 'nox -s matrix (the first one)', stage=False); print('held', flush=True); "
          "time.sleep(300)", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -468,7 +468,7 @@ def test_a_second_nox_matrix_on_one_build_folder_is_refused_before_it_starts_any
 
 def _holder(out: Path, what: str, *, stage: bool, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.build import lock; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.store import lock; "
          f"held = lock.acquire(Path(sys.argv[1]), {what!r}, stage={stage}); print('held', flush=True); time.sleep(300)",
          str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import layout, lock, spec, stamps
 from harness.config.matrix import Matrix
+from harness.store import layout, lock, spec, stamps
 from tests.artifacts import fault_corpus
 from tests.test_reliability import PROFILE, ROOT, _matrix, _run
 

@@ -21,11 +21,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from harness.build.cache import sha256_file
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Stage, Status
 from harness.publish import repro as repro_package
 from harness.publish.repro import FAILING, MARKER, ONNX_TYPES, SCRIPT, encode_tensor, write_repros
+from harness.store.cache import sha256_file
 
 CONSTRAINTS = {"onnxruntime==1.17.3": ("numpy<2",)}
 NEW, OLD = "onnxruntime==1.32.0", "onnxruntime==1.17.3"
@@ -618,7 +618,7 @@ def test_a_refusal_the_frontier_explains_shares_the_frontiers_own_model(
     """Two artifacts of IR 13 / opset 17, refused at load only where the runtime loads up to IR 10 (the frontier says
     so), share ``repro/frontier/ir13.op17/``: the frontier's one-node model, no copy of theirs; an artifact that also
     fails for another reason keeps a folder of its own, and so does one whose refusal the frontier does not explain."""
-    from harness.build import frontier
+    from harness.store import frontier
 
     build, results, cells, exports = matrix
     frontier.write_models(build)

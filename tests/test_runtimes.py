@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import stamps
 from harness.config import runtimes
 from harness.config.matrix import load
+from harness.store import stamps
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load(ROOT / "matrix.toml")

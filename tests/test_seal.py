@@ -21,9 +21,9 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness.build import cache, layout
-from harness.build.layout import load_artifacts, shard_path
 from harness.config.matrix import Matrix
+from harness.store import cache, layout
+from harness.store.layout import load_artifacts, shard_path
 from tests.artifacts import fault_corpus
 from tests.artifacts import forge as _forge
 from tests.test_cache import NEWEST, _export, _plan, user_corpus  # noqa: F401 (the fixture)
@@ -177,7 +177,7 @@ def test_the_store_reads_a_file_again_only_after_its_change_time_moved(tmp_path:
 
 
 def test_the_next_job_says_it_took_over_even_after_a_refused_writer_came_between(tmp_path: Path) -> None:
-    from harness.build import lock
+    from harness.store import lock
 
     matrix, out = _matrix(tmp_path), tmp_path / "build"
     fault_corpus(out, only=["add_one"])

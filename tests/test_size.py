@@ -16,7 +16,6 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
-from harness.build.layout import load_artifacts
 from harness.config.matrix import Profile, load
 from harness.core.records import Status
 from harness.export.stage import export_all
@@ -24,6 +23,7 @@ from harness.numeric import localize
 from harness.publish import report
 from harness.publish.repro import ZEROS
 from harness.run.stage import run_runtime
+from harness.store.layout import load_artifacts
 from tests.artifacts import write_artifact, write_manifest
 
 pytestmark = pytest.mark.torch  # exports with real torch: `nox -s tests`, not `nox -s unit`

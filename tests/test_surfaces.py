@@ -22,8 +22,8 @@ from pathlib import Path
 import onnxruntime
 import pytest
 
-from harness.build import cache, frontier, layout
 from harness.config.matrix import Matrix, load
+from harness.store import cache, frontier, layout
 from tests.artifacts import fault_corpus, forge
 from tests.test_reliability import ROOT, _matrix, _one_line, _report, _run
 

@@ -1,6 +1,6 @@
 """Whose fault a failing cell is, derived from what was measured, never guessed; and where a later runtime fixed it.
 
-The spec's answer on the artifact (:mod:`harness.build.spec`: the full ``onnx.checker`` and the ONNX reference
+The spec's answer on the artifact (:mod:`harness.store.spec`: the full ``onnx.checker`` and the ONNX reference
 evaluator on the same probe, compared with torch by the cell's rule) is the third opinion beside torch and the
 runtime. The rule, first match wins:
 
@@ -26,10 +26,10 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from harness.build import frontier
 from harness.config import runtimes as runtimes_of
 from harness.config.runtimes import package_of
 from harness.core.records import CellRecord, Status
+from harness.store import frontier
 
 KINDS = ("exporter", "runtime", "optimizer", "frontier", "undetermined")
 """Every fault, in the order a reader is told them."""
@@ -82,7 +82,7 @@ def assign(
 
     Args:
         cells: The table's cells (labelled by the opset written; their artifact is :attr:`CellRecord.artifact`).
-        facts: The spec's answer per artifact id (:func:`harness.build.spec.read`).
+        facts: The spec's answer per artifact id (:func:`harness.store.spec.read`).
         loads: Each runtime's measured frontier, by pin.
         runtimes: The profile's runtime pins, oldest first per package (the order "fixed in" reads).
         missing: Why the spec's answer is missing where it is (said by an ``undetermined`` fault).

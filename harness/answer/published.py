@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.build import cache, lock
 from harness.config import runtimes
 from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Rewrite, Status, first_line
+from harness.store import cache, lock
 
 CASES = "cases.json"
 """Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""

@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.answer.published import consecutive, group_by, runtime_order, why, worst
-from harness.build import frontier
 from harness.config.matrix import version_tuple
 from harness.config.runtimes import package_of
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Status
+from harness.store import frontier
 
 PASS, FAIL, SKIPPED, ELSEWHERE, UNMEASURED = "p", "f", "s", "w", "n"
 """A case's verdict at one option, one letter (the page receives them as strings): it passes every probe; it fails; it
@@ -71,7 +71,7 @@ class Column:
     wrote: Mapping[tuple[str, str, int], int]
     """(case, exporter, opset asked) → opset written, where the two differ."""
     loads: Mapping[str, Any] | None = None
-    """The runtime's measured frontier (:mod:`harness.build.frontier`)."""
+    """The runtime's measured frontier (:mod:`harness.store.frontier`)."""
     unloadable: tuple[tuple[str, str], ...] = ()
     """(exporter, why) for an exporter nothing of which loads here, for a reason the frontier gives."""
 

@@ -491,7 +491,7 @@ def lazy(module: str, name: str, *args: Any, seed: int = 0, **kwargs: Any) -> Ca
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
     build.__qualname__ = f"lazy({module}.{name})"
-    build.__harness_lazy__ = (module, name)  # type: ignore[attr-defined]  # what harness.build.cache hashes
+    build.__harness_lazy__ = (module, name)  # type: ignore[attr-defined]  # what harness.store.cache hashes
     return build
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.build.cache import digest, is_project_file, probe_files, sha256_bytes, sha256_file
+from harness.store.cache import digest, is_project_file, probe_files, sha256_bytes, sha256_file
 
 
 def _module_file(name: str | None) -> str | None:

@@ -93,7 +93,7 @@ class Kind:
     """Without a driver nothing of it is installed (its wheels are GBs of CUDA libraries): its columns
     are then ``unavailable``, the package not importable."""
     frontier: bool = True
-    """It loads ONNX files with onnxruntime's loader: the run stage measures what it loads (:mod:`harness.build.frontier`)."""
+    """It loads ONNX files with onnxruntime's loader: the run stage measures what it loads (:mod:`harness.store.frontier`)."""
     options_key: str = "options"
     """Which table of ``[providers.<name>]`` its columns take (``native`` for native TensorRT)."""
     reproducer: str = "onnxruntime"

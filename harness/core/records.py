@@ -330,7 +330,7 @@ class ExportRecord:
     claims: tuple[dict[str, Any], ...] = ()
     """The case's :class:`~harness.cases.corpus.Claim` s, as dicts: where its gotcha was reproduced."""
     cache_key: str | None = None
-    """The export's content address (:func:`harness.build.cache.export_key`): the case's source, the versions,
+    """The export's content address (:func:`harness.store.cache.export_key`): the case's source, the versions,
     the exporter, the opset and the settings. Equal keys, equal artifacts."""
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds of the work itself, the floor a benchmark compares the wall time with: ``torch`` (building
@@ -460,7 +460,7 @@ class CellRecord:
     inputs: str | None = None
     """:attr:`ExportRecord.digest` of the artifact this cell ran."""
     cache_key: str | None = None
-    """The cell's content address (:func:`harness.build.cache.cell_key`): the artifact's digest, the runtime's
+    """The cell's content address (:func:`harness.store.cache.cell_key`): the artifact's digest, the runtime's
     requirements, the provider, the probe, the run settings and the harness code that runs it. A rerun
     reuses a cell whose key is unchanged."""
     note: str | None = None

@@ -1,7 +1,7 @@
 """The export of one artifact (export environment, a worker process per artifact): case × exporter × opset.
 
 Builds the case's model and probes, runs torch on every probe, exports with one torch exporter at one opset
-and writes, into the folder it is handed (:mod:`harness.build.layout`'s names):
+and writes, into the folder it is handed (:mod:`harness.store.layout`'s names):
 
 - ``model.onnx`` (and ``model.onnx.data`` for a model too large for one protobuf file),
 - ``reference.npz``: every probe's inputs and torch's outputs, so the runtime environments never need torch,
@@ -30,10 +30,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, layout
-from harness.build.layout import DATA
 from harness.cases import corpus as corpus_mod
 from harness.core.records import ArtifactKey, ExportRecord, Outcome, first_line
+from harness.store import cache, layout
+from harness.store.layout import DATA
 
 _REGISTRY: corpus_mod.Registry | None = None
 _SETTINGS: dict[str, Any] = {}
@@ -84,62 +84,77 @@ def phase_words(phase: str, exporter: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExportItem:
+    """One artifact of a task: its opset, the store's temporary folder to write it into, its content address."""
+
+    opset: int
+    dir: str
+    key: str
+    """The export's content address (:func:`harness.store.cache.export_key`)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportTask:
-    """One artifact to export, as the export stage hands it to a fresh worker process."""
+    """A case's artifacts for one exporter, as the export stage hands them to a fresh worker process: the model is
+    built and run by torch once, then exported at each item's opset in turn (with ``share``, the dynamo exports
+    share their capture and decompositions: :mod:`harness.export._reuse`). One item is one artifact alone in its
+    process, as a plain export."""
 
     case: str
     exporter: str
-    opset: int
-    dir: str
-    """The store's temporary folder to write the files into."""
-    key: str
-    """The export's content address (:func:`harness.build.cache.export_key`)."""
+    items: tuple[ExportItem, ...]
     timeout: float
-    """Seconds for building the model, torch's outputs and the export together."""
+    """Seconds for building the model, torch's outputs and one export together."""
+    share: bool = False
 
-    @property
-    def artifact(self) -> ArtifactKey:
-        return ArtifactKey(self.case, self.exporter, self.opset)
+    def artifact(self, item: ExportItem) -> ArtifactKey:
+        return ArtifactKey(self.case, self.exporter, item.opset)
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """The export enters ``phase``; ``budget``: the seconds it may take (the worker pool's clock restarts)."""
+    """The export of ``artifact`` enters ``phase``; ``budget``: the seconds it may take (the worker pool's clock
+    restarts)."""
 
     phase: str
     budget: float
+    artifact: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Exported:
-    """The artifact's record, last; ``imported``: what its process imported that the fork server had not."""
+    """An artifact's record, last of its phases; ``imported``: what its process imported that the fork server had
+    not."""
 
     record: ExportRecord
     imported: tuple[str, ...]
 
 
 def export_one(task: ExportTask) -> Iterator[Phase | Exported]:
-    """Worker entry (a generator): export one artifact, write its files, yield its record last.
+    """Worker entry (a generator): export the task's artifacts, write their files, yield each one's record.
 
-    Yields a :class:`Phase` as it enters each phase (the budget of building, torch's outputs and the export
-    together is the task's; the reference pass gets its own), so a worker killed by a timeout or a crash is
-    charged to the phase it was in; then :class:`Exported`. The record is also written to ``export.json``
-    before the reference pass: a pass that never returns costs the localization data, never the export.
+    Yields a :class:`Phase` as each artifact enters each phase (the budget of building, torch's outputs and the
+    export together is the task's; the reference pass gets its own), so a worker killed by a timeout or a crash is
+    charged to the artifact and phase it was in; then its :class:`Exported`. A record is also written to
+    ``export.json`` before the reference pass: a pass that never returns costs the localization data, never the
+    export. The task may end before its last item (an export changed the model's state: see :func:`_export`);
+    the stage exports what is left, each in a process of its own.
     """
     assert _REGISTRY is not None, "init_worker was not called"
-    key = task.artifact
-    out_dir = Path(task.dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     before = set(sys.modules)
-    for item in _export(_REGISTRY[key.case], key, out_dir, budget=float(task.timeout), cache_key=task.key):
+    for item in _export(_REGISTRY[task.case], task, budget=float(task.timeout)):
         if isinstance(item, ExportRecord):
             record = dataclasses.replace(item, peak_rss_mib=_peak_rss_mib())
-            write_json(out_dir / layout.RECORD, record.to_dict())
+            write_json(Path(_item_of(task, record.key).dir) / layout.RECORD, record.to_dict())
             # What this process imported that the fork server had not: preloaded for the case next time.
             imported = sorted(n for n in set(sys.modules) - before if library_module(n))
             yield Exported(record, tuple(imported))
         else:
             yield item
+
+
+def _item_of(task: ExportTask, key: ArtifactKey) -> ExportItem:
+    return next(i for i in task.items if i.opset == key.opset)
 
 
 def library_module(name: str) -> bool:
@@ -272,88 +287,149 @@ def _capture() -> Iterator[list[dict[str, str]]]:
     caught.sort(key=lambda w: w["category"] != "TracerWarning")
 
 
-def _export(
-    case: corpus_mod.Case, key: ArtifactKey, out_dir: Path, *, budget: float, cache_key: str | None = None
-) -> Iterator[Phase | ExportRecord]:
-    """The export of one artifact, phase by phase (see :func:`export_one`); the record comes last.
+def _export(case: corpus_mod.Case, task: ExportTask, *, budget: float) -> Iterator[Phase | ExportRecord]:
+    """The export of a task's artifacts, phase by phase (see :func:`export_one`); each record after its phases.
 
-    (Over 60 lines, on purpose: a generator that announces each phase as it enters it, so the phases, and what
-    a failure in each costs, read top to bottom; each phase's work is a function of its own.)"""
+    The model is built and torch runs the probes once, for the first artifact (``reference.npz`` is copied to the
+    others); each artifact then gets the budget that is left of the task's once those are paid, as it would alone.
+    The model's state is read before and after each export (every parameter's and buffer's identity and version
+    counter, every module's training flag): an export that changed it (a trace that ran a forward updating a
+    buffer in place) would hand the next export another model than a fresh process builds, so the task ends there
+    and the stage exports the rest each in a process of its own.
+
+    (Over 60 lines, on purpose: a generator that announces each phase as it enters it, so the phases, and what a
+    failure in each costs, read top to bottom; each phase's work is a function of its own.)"""
     start = time.perf_counter()
+    first = task.items[0]
+    keys = {item.opset: task.artifact(item) for item in task.items}
+    bases = {item.opset: base_record(case, keys[item.opset], _SETTINGS, cache_key=item.key) for item in task.items}
+    for item in task.items:
+        for old in (layout.MODEL, DATA, layout.REFERENCE):
+            (Path(item.dir) / old).unlink(missing_ok=True)
 
-    def enter(phase: str) -> Phase:
-        return Phase(phase, max(1.0, budget - (time.perf_counter() - start)))
+    def enter(phase: str, item: ExportItem, spent: float) -> Phase:
+        return Phase(phase, max(1.0, budget - spent), keys[item.opset].id)
 
-    base = base_record(case, key, _SETTINGS, cache_key=cache_key)
-    for old in (layout.MODEL, DATA, layout.REFERENCE):
-        (out_dir / old).unlink(missing_ok=True)
-
-    def fail(exc: BaseException, stage_note: str = "", **extra: Any) -> ExportRecord:
+    def fail(item: ExportItem, since: float, exc: BaseException, stage_note: str = "", **extra: Any) -> ExportRecord:
         message = f"{stage_note}{type(exc).__name__}: {exc}" if stage_note else str(exc)
         cls, line = _summarize(type(exc).__name__, message)
         return dataclasses.replace(
-            base, seconds=time.perf_counter() - start, error_class=cls, error_line=line, error=message[:20000], **extra
+            bases[item.opset],
+            seconds=time.perf_counter() - since,
+            error_class=cls,
+            error_line=line,
+            error=message[:20000],
+            **extra,
         )
 
-    yield enter("build")
+    yield enter("build", first, 0.0)
     probe_errors: dict[str, str] = {}  # a probe torch fails on, or whose file cannot be used: no cells for it alone
     try:
         model, example, probes = _build(case, probe_errors)
     except Exception as exc:
-        yield fail(exc, _BUILD_FAILED)
+        for item in task.items:  # what each artifact's own process would have met
+            yield fail(item, start, exc, _BUILD_FAILED)
         return
     timing: dict[str, float] = {"build": time.perf_counter() - start}
-    yield enter("torch")
-    n_outputs = _torch_outputs(model, probes, probe_errors, out_dir / layout.REFERENCE)
+    yield enter("torch", first, time.perf_counter() - start)
+    reference_npz = Path(first.dir) / layout.REFERENCE
+    n_outputs = _torch_outputs(model, probes, probe_errors, reference_npz)
     timing["torch"] = time.perf_counter() - start
+    shared = timing["torch"]  # what every artifact of the task would have paid before its export
     if "example" in probe_errors:
-        yield fail(RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}"), probe_errors=probe_errors, timing=timing)
+        failed = RuntimeError(f"{_EXAMPLE_FAILED}{probe_errors['example']}")
+        for item in task.items:
+            yield fail(item, start, failed, probe_errors=probe_errors, timing=timing)
         return
+    for item in task.items[1:]:
+        shutil.copyfile(reference_npz, Path(item.dir) / layout.REFERENCE)
     ran = {p: v for p, v in probes.items() if p not in probe_errors}
-    base = dataclasses.replace(
-        base, probes=tuple(ran), probe_errors=probe_errors, reference_sha256=sha256(out_dir / layout.REFERENCE)
-    )
-    if key.exporter not in case.exporters:
-        reason = case.skip_reason or f"case does not apply to the {key.exporter} exporter"
-        yield dataclasses.replace(base, error_class=Outcome.SKIPPED.error_class, error_line=reason, timing=timing)
+    for opset, base in bases.items():
+        bases[opset] = dataclasses.replace(
+            base, probes=tuple(ran), probe_errors=probe_errors, reference_sha256=sha256(reference_npz)
+        )
+    if task.exporter not in case.exporters:
+        reason = case.skip_reason or f"case does not apply to the {task.exporter} exporter"
+        for item in task.items:
+            skipped = Outcome.SKIPPED.error_class
+            yield dataclasses.replace(bases[item.opset], error_class=skipped, error_line=reason, timing=timing)
         return
-    yield enter("export")
+    external = _weight_bytes(model) > _SETTINGS["external_data_mib"] * 2**20
+    with contextlib.ExitStack() as stack:
+        if task.share and task.exporter == "dynamo" and len(task.items) > 1:
+            from harness.export import _reuse
+
+            stack.enter_context(_reuse.reuse())
+        for n, item in enumerate(task.items):
+            state = _state(model)
+            yield enter("export", item, shared)
+            since = time.perf_counter() - (shared if n == 0 else 0.0)  # the first pays for the build, as one alone
+            item_timing = dict(timing) if n == 0 else {"build": 0.0, "torch": 0.0}
+            key, out_dir = keys[item.opset], Path(item.dir)
+            program, error, caught, strategy, item_timing["export"] = _export_item(
+                case, key, out_dir, model, example, n_outputs, external
+            )
+            if error is not None:
+                yield fail(item, since, error, warnings=caught, timing=item_timing)
+            else:
+                path, data = out_dir / layout.MODEL, out_dir / DATA
+                exported = dataclasses.replace(
+                    bases[item.opset],
+                    ok=True,
+                    seconds=time.perf_counter() - since,
+                    warnings=caught,
+                    sha256=sha256(path),
+                    data_sha256=sha256(data) if data.exists() else None,
+                    timing=item_timing,
+                    capture=strategy.used[-1] if strategy.used else None,
+                    capture_note=strategy.note if key.exporter == "dynamo" and not strategy.used else None,
+                    reference_runtime=f"not recorded: {phase_words('reference', key.exporter)} did not finish",
+                    **_inspect(path),
+                )
+                write_json(out_dir / layout.RECORD, exported.to_dict())  # the export stands whatever the pass does
+                yield Phase("reference", _SETTINGS["reference_timeout"] + 60, key.id)
+                t_reference = time.perf_counter()
+                reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
+                item_timing["reference"] = time.perf_counter() - t_reference
+                yield dataclasses.replace(exported, timing=item_timing, **reference)
+            if _state(model) != state:  # the next export would see another model than its own process builds
+                return
+
+
+def _state(model: Any) -> tuple[Any, ...]:
+    """What an export must leave as it found it for the next one to export the same model: each parameter's and
+    buffer's identity and version counter (bumped by every in-place change), each module's training flag."""
+    tensors = (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
+    return (
+        tuple((name, id(t), getattr(t, "_version", None)) for name, t in tensors),
+        tuple(m.training for m in model.modules()),
+    )
+
+
+def _export_item(
+    case: corpus_mod.Case,
+    key: ArtifactKey,
+    out_dir: Path,
+    model: Any,
+    example: Mapping[str, Any],
+    n_outputs: int,
+    external: bool,
+) -> tuple[Any, Exception | None, tuple[dict[str, str], ...], _Strategies, float]:
+    """One artifact's export into ``out_dir``: (the dynamo exporter's program, the error, the warnings, the capture
+    strategies, the seconds). A failed export leaves no model file behind."""
     path = out_dir / layout.MODEL
     t_export = time.perf_counter()
-    external = _weight_bytes(model) > _SETTINGS["external_data_mib"] * 2**20
     with _capture() as caught, _capture_strategy(key.exporter == "dynamo") as strategy:  # filled as the export runs
         try:
             program = _run_exporter(case, key, model, example, [f"out{i}" for i in range(n_outputs)], path, external=external)
             error: Exception | None = None if path.exists() else RuntimeError("the exporter returned without writing a model")
         except Exception as exc:
             program, error = None, exc
-    timing["export"] = time.perf_counter() - t_export
+    seconds = time.perf_counter() - t_export
     if error is not None:
         path.unlink(missing_ok=True)
         (out_dir / DATA).unlink(missing_ok=True)
-        yield fail(error, warnings=tuple(caught), timing=timing)
-        return
-    del model
-    data = out_dir / DATA
-    exported = dataclasses.replace(
-        base,
-        ok=True,
-        seconds=time.perf_counter() - start,
-        warnings=tuple(caught),
-        sha256=sha256(path),
-        data_sha256=sha256(data) if data.exists() else None,
-        timing=timing,
-        capture=strategy.used[-1] if strategy.used else None,
-        capture_note=strategy.note if key.exporter == "dynamo" and not strategy.used else None,
-        reference_runtime=f"not recorded: {phase_words('reference', key.exporter)} did not finish",
-        **_inspect(path),
-    )
-    write_json(out_dir / layout.RECORD, exported.to_dict())  # the export stands whatever the reference pass does
-    yield Phase("reference", _SETTINGS["reference_timeout"] + 60)
-    t_reference = time.perf_counter()
-    reference = _reference(out_dir, ran, program, tolerance=exported.tolerance)
-    timing["reference"] = time.perf_counter() - t_reference
-    yield dataclasses.replace(exported, timing=timing, **reference)
+    return program, error, tuple(caught), strategy, seconds
 
 
 @dataclasses.dataclass

@@ -43,8 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.build import layout
-from harness.build.layout import DEBUG_MODEL, INTERMEDIATES, LOCALIZATION, NODES
 from harness.core.records import ExportRecord, error_line, first_line
 from harness.numeric.compare import compare, describe
 from harness.numeric.localize import (
@@ -58,6 +56,8 @@ from harness.numeric.localize import (
     run_values,
 )
 from harness.pool.workers import die_with_parent
+from harness.store import layout
+from harness.store.layout import DEBUG_MODEL, INTERMEDIATES, LOCALIZATION, NODES
 
 if TYPE_CHECKING:
     import onnx
@@ -689,7 +689,7 @@ def record(art_dir: str | Path, probe: str, dest: str | Path, timeout: float, ru
     """
     import onnxruntime
 
-    from harness.build.cache import write_json
+    from harness.store.cache import write_json
 
     if runtime and runtime != f"onnxruntime=={onnxruntime.__version__}":
         raise RuntimeError(f"this environment holds onnxruntime {onnxruntime.__version__}, the export's reference was {runtime}")

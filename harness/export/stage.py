@@ -3,8 +3,8 @@
 Hands each artifact that the export store does not already hold to a fresh worker process
 (:mod:`harness.export._exporters` does the export; :mod:`harness.pool.workers` gives it a clean process, so an exporter
 that crashes or hangs costs its own artifact only), caches what it writes by content
-(:class:`harness.build.cache.ExportStore`), links every artifact into ``build/artifacts/<id>/``, and writes the
-manifest, the runtimes' frontier models and the stamp (:mod:`harness.build.layout`, :mod:`harness.build.stamps`).
+(:class:`harness.store.cache.ExportStore`), links every artifact into ``build/artifacts/<id>/``, and writes the
+manifest, the runtimes' frontier models and the stamp (:mod:`harness.store.layout`, :mod:`harness.store.stamps`).
 """
 
 from __future__ import annotations
@@ -20,17 +20,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, frontier, layout, stamps
-from harness.build import code as code_files
 from harness.cases import corpus as corpus_mod
 from harness.cases.source import case_digest
 from harness.config.matrix import Matrix, Profile
 from harness.core.errors import HarnessError
 from harness.core.records import ArtifactKey, ExportRecord, Outcome, first_line
 from harness.export import _warm
-from harness.export._exporters import Exported, ExportTask, Phase, base_record, library_module, phase_words, user_error, versions
+from harness.export._exporters import (
+    Exported,
+    ExportItem,
+    ExportTask,
+    Phase,
+    base_record,
+    library_module,
+    phase_words,
+    user_error,
+    versions,
+)
 from harness.pool.progress import Progress
 from harness.pool.workers import MemoryGate, run_tasks
+from harness.store import cache, frontier, layout, stamps
+from harness.store import code as code_files
 
 _PRELOAD_PROBE = """
 import contextlib, io, sys, warnings
@@ -127,7 +137,7 @@ def _preload_shape(data: Mapping[str, Any]) -> bool:
 def _warm_server(tasks: Sequence[ExportTask], share: bool, echo: Any) -> tuple[str, ...]:
     """The preload that warms the fork server for this run's dynamo tasks (:mod:`harness.export._warm`), or none:
     sharing turned off, no dynamo task, or a torch without the private API it uses (said in one line)."""
-    opsets = sorted({t.opset for t in tasks if t.exporter == "dynamo"})
+    opsets = sorted({i.opset for t in tasks if t.exporter == "dynamo" for i in t.items})
     os.environ.pop(_warm.ENV, None)
     if not share or not opsets:
         return ()
@@ -136,6 +146,23 @@ def _warm_server(tasks: Sequence[ExportTask], share: bool, echo: Any) -> tuple[s
         echo(f"export: each dynamo export builds its own operator registry ({why}); the files are the same, only slower")
     os.environ[_warm.ENV] = ",".join(map(str, opsets))  # read by the fork server as it imports the module
     return ("harness.export._warm",)
+
+
+def _one_process(echo: Any, pending: Mapping[tuple[str, str], Sequence[ExportItem]]) -> bool:
+    """Whether each artifact must have a process of its own: this torch's shared exports are not proved identical to
+    plain ones, or its exporter lacks the private API the sharing uses (:func:`harness.export._reuse.unavailable`,
+    said in one line when a case has several artifacts to export)."""
+    from harness.export import _reuse
+
+    why = _reuse.unavailable()
+    if why is not None and any(len(items) > 1 for items in pending.values()):
+        echo(f"export: each artifact in a process of its own ({why}); the files are the same, only slower")
+    return why is not None
+
+
+def _doing(task: ExportTask, current: Mapping[ExportTask, ExportItem]) -> ArtifactKey:
+    """The artifact a running task is on (its first until it says)."""
+    return task.artifact(current.get(task, task.items[0]))
 
 
 def _stderr(line: str) -> None:
@@ -177,7 +204,7 @@ def export_all(
     """Export every artifact of ``profile`` that the store does not already hold; write the manifest
     and the stamp; return the records and the corpus problems.
 
-    An artifact is reused when its key (:func:`harness.build.cache.export_key`) has a whole entry in the
+    An artifact is reused when its key (:func:`harness.store.cache.export_key`) has a whole entry in the
     store (every file's hash checked); ``force`` exports everything again. ``share`` lets the fork server do once
 what every dynamo export would do alike (:mod:`harness.export._warm`; the same files, faster). ``requirements`` are what the
     environment was given beyond the pins (:func:`harness.cases.corpus.requirements_of`): part of every key.
@@ -211,8 +238,9 @@ what every dynamo export would do alike (:mod:`harness.export._warm`; the same f
             raise HarnessError(f"--cases: no case named {', '.join(unknown)}; `harness list` shows the corpus")
         keys = [k for k in keys if k.case in cases]
     job = _Job(matrix, registry, keys, out, requirements, echo)
-    tasks = job.schedule(force)
-    echo(f"export: {len(keys)} artifacts, {len(keys) - len(tasks)} cached, {len(tasks)} to export")
+    tasks = job.schedule(force, share)
+    todo = sum(len(t.items) for t in tasks)
+    echo(f"export: {len(keys)} artifacts, {len(keys) - todo} cached, {todo} to export")
     # What the corpus files imported when the parent loaded them is imported once by the fork server too.
     corpus_modules = tuple(sorted(m for m in set(sys.modules) - loaded if library_module(m)))
     job.run(tasks, workers or matrix.run.worker_count, list(corpus), root, corpus_modules, share=share)
@@ -220,7 +248,7 @@ what every dynamo export would do alike (:mod:`harness.export._warm`; the same f
     job.manifest(profile, _default_opsets(echo))  # every table says what its torch writes unasked
     done = [job.records[k.id] for k in keys]
     stamp = _Stamp(root, matrix, profile, corpus, cases, requirements)
-    stamp.write(out, registry, done, job.watched, len(tasks), time.perf_counter() - t0)
+    stamp.write(out, registry, done, job.watched, todo, time.perf_counter() - t0)
     return done, list(registry.problems)
 
 
@@ -253,9 +281,10 @@ class _Job:
         self.address = {k.id: cache.export_key(self.sources[k.case], k.id, k.exporter, k.opset, key_settings, code) for k in keys}
         self.records: dict[str, ExportRecord] = {}
 
-    def schedule(self, force: bool) -> list[ExportTask]:
-        """Link every artifact the store holds whole; a task for each of the others."""
-        tasks = []
+    def schedule(self, force: bool, share: bool = True) -> list[ExportTask]:
+        """Link every artifact the store holds whole; the others as tasks, one per case × exporter (each artifact
+        a task of its own where ``share`` is off or this torch's sharing is not proved: :func:`_one_process`)."""
+        pending: dict[tuple[str, str], list[ExportItem]] = {}
         for k in self.keys:
             why = "forced" if force else self.store.check(self.address[k.id])
             if why is None:
@@ -268,56 +297,87 @@ class _Job:
             if why not in ("forced", "not cached"):  # a damaged entry is said and redone, never used
                 self.echo(f"export {k.id}: cache entry {why}: exporting again")
             tmp = self.store.begin(self.address[k.id])
-            budget = self.registry[k.case].export_timeout or self.matrix.export.timeout
-            tasks.append(ExportTask(k.case, k.exporter, k.opset, str(tmp), self.address[k.id], budget))
+            pending.setdefault((k.case, k.exporter), []).append(ExportItem(k.opset, str(tmp), self.address[k.id]))
+        alone = not share or _one_process(self.echo, pending)
+        tasks = []
+        for (case, exporter), items in pending.items():
+            budget = self.registry[case].export_timeout or self.matrix.export.timeout
+            # A scripted model: torch.jit.script of the same module again in one process names the graph's nodes
+            # without their module's scope (measured, torch 2.13: loop_scripted's '/fc/Gemm' became '/Gemm').
+            groups = [[i] for i in items] if alone or self.registry[case].script else [items]
+            tasks += [ExportTask(case, exporter, tuple(g), budget, share=len(g) > 1) for g in groups]
         return tasks
 
     def run(
         self, tasks: list[ExportTask], workers: int, corpus: list[str], root: Path, imported: tuple[str, ...], *, share: bool
     ) -> None:
         """Each task in a fresh process forked from a server that imported what the exports will import (and, with
-        ``share``, warmed the dynamo exporter: :mod:`harness.export._warm`)."""
+        ``share``, warmed the dynamo exporter: :mod:`harness.export._warm`). What a task left unexported (its
+        process died or ran out of time, or an export changed the model's state) is exported again, each artifact
+        in a process of its own."""
         preload = Preload(self.out)
         warm = _warm_server(tasks, share, self.echo)
         peaks = _known_peaks(self.store, {t.case for t in tasks})
         memory = MemoryGate(lambda task: peaks.get(task.case, DEFAULT_EXPORT_MIB))
-        progress = Progress("export", len(tasks), self.echo, workers=workers)
-        progress.expect(t.case for t in tasks)
+        progress = Progress("export", sum(len(t.items) for t in tasks), self.echo, workers=workers)
+        progress.expect(t.case for t in tasks for _ in t.items)
         phase: dict[str, str] = {}
         begun: dict[str, float] = {}
-        for outcome in run_tasks(
-            "harness.export._exporters:export_one",
-            tasks,
-            workers=workers,
-            timeout=lambda task: task.timeout,
-            init="harness.export._exporters:init_worker",
-            initargs=(corpus, str(root), self.settings),
-            log=str(self.out / "logs" / "export.log"),
-            fresh=True,  # exporters keep per-process caches: each artifact gets a clean process
-            preload=(*preload.modules(list(self.sources)), *imported, *warm),
-            admit=memory.admit,
-            heartbeat=(30.0, lambda running: progress.running((t.artifact.id, s) for t, s in running)),
-        ):
-            key = outcome.task.artifact
-            if outcome.kind == "item" and isinstance(outcome.value, Phase):
-                phase[key.id] = outcome.value.phase
-                begun.setdefault(key.id, time.monotonic() - outcome.seconds)  # handed over, process start included
-                continue
-            if outcome.kind == "ok":
-                continue  # the record came as the generator's last item
-            rec = self.ended(outcome, key, phase.get(key.id, "build"), preload)
-            if rec.peak_rss_mib:
-                peaks[key.case] = max(peaks.get(key.case, 0.0), rec.peak_rss_mib)
-            mark = "ok" if rec.ok else (rec.error_class or "fail")
-            wall = time.monotonic() - begun.get(key.id, time.monotonic() - rec.seconds)
-            progress.done(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s", kind=key.case, seconds=wall)
+        current: dict[ExportTask, ExportItem] = {}
+        while tasks:
+            left: list[ExportTask] = []
+            for outcome in run_tasks(
+                "harness.export._exporters:export_one",
+                tasks,
+                workers=workers,
+                timeout=lambda task: task.timeout,
+                init="harness.export._exporters:init_worker",
+                initargs=(corpus, str(root), self.settings),
+                log=str(self.out / "logs" / "export.log"),
+                fresh=True,  # exporters keep per-process caches: each task gets a clean process
+                preload=(*preload.modules(list(self.sources)), *imported, *warm),
+                admit=memory.admit,
+                heartbeat=(30.0, lambda running: progress.running((_doing(t, current).id, s) for t, s in running)),
+            ):
+                task = outcome.task
+                if outcome.kind == "item" and isinstance(outcome.value, Phase):
+                    item = next(i for i in task.items if task.artifact(i).id == outcome.value.artifact)
+                    current[task] = item
+                    phase[outcome.value.artifact] = outcome.value.phase
+                    begun.setdefault(outcome.value.artifact, time.monotonic() - outcome.seconds)  # process start included
+                    continue
+                if outcome.kind == "item" and isinstance(outcome.value, Exported):
+                    key = outcome.value.record.key
+                    item = next(i for i in task.items if i.opset == key.opset)
+                else:  # the task is over: what it did not export goes again, each artifact alone
+                    unfinished = [i for i in task.items if task.artifact(i).id not in self.records]
+                    if not unfinished:
+                        continue
+                    if outcome.kind == "ok" and len(task.items) > 1:  # an export changed the model's state
+                        left += [dataclasses.replace(task, items=(i,), share=False) for i in unfinished]
+                        continue
+                    if outcome.kind == "ok":  # one artifact, and its worker ended without its record
+                        bug = ("HarnessBug", "the worker ended without a record")
+                        outcome = dataclasses.replace(outcome, kind="error", value=bug)
+                    item = current[task] if current.get(task) in unfinished else unfinished[0]
+                    left += [dataclasses.replace(task, items=(i,), share=False) for i in unfinished if i != item]
+                    key = task.artifact(item)
+                rec = self.ended(outcome, key, item, phase.get(key.id, "build"), preload)
+                if rec.peak_rss_mib:
+                    peaks[key.case] = max(peaks.get(key.case, 0.0), rec.peak_rss_mib)
+                mark = "ok" if rec.ok else (rec.error_class or "fail")
+                wall = time.monotonic() - begun.get(key.id, time.monotonic() - rec.seconds)
+                progress.done(f"export {key.id:<52} {mark:<24} {rec.seconds:6.2f}s", kind=key.case, seconds=wall)
+            if left:
+                self.echo(f"export: {len(left)} artifacts again, each in a process of its own")
+            tasks = left
         os.environ.pop(_warm.ENV, None)
         if preload.dirty:
             preload.save()
 
-    def ended(self, outcome: Any, key: ArtifactKey, phase: str, preload: Preload) -> ExportRecord:
+    def ended(self, outcome: Any, key: ArtifactKey, item: ExportItem, phase: str, preload: Preload) -> ExportRecord:
         """An artifact's record (streamed, or that of its lost worker), its files into the store or in place."""
-        tmp = Path(outcome.task.dir)
+        tmp = Path(item.dir)
         if outcome.kind == "item" and isinstance(outcome.value, Exported):
             rec = outcome.value.record
             preload.learn(key.case, outcome.value.imported)
@@ -326,8 +386,8 @@ class _Job:
         if not _cacheable(rec):
             self.store.place(tmp, self.art_dir / key.id)
         else:
-            self.store.commit(outcome.task.key, key.id, tmp)
-            self.store.link(outcome.task.key, self.art_dir / key.id)
+            self.store.commit(item.key, key.id, tmp)
+            self.store.link(item.key, self.art_dir / key.id)
         self.records[key.id] = rec
         return rec
 
@@ -462,7 +522,7 @@ class _Stamp:
         exported: int,
         seconds: float,
     ) -> None:
-        """What this export read (files, settings, environment) and wrote, for :mod:`harness.build.plan`. It is
+        """What this export read (files, settings, environment) and wrote, for :mod:`harness.store.plan`. It is
         ``complete`` when a rerun would do nothing: no corpus problem, every artifact in the store."""
         extra = [str(corpus_mod.source_file(c, self.root)) for c in self.corpus]
         extra += [str(cache.PACKAGE / n) for n in code_files.export_files()] + sorted(watched)

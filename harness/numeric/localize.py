@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import layout
-from harness.build.layout import DEBUG_MODEL, INTERMEDIATES, LOCALIZATION, LOCALIZATION_FILES, NODES
 from harness.core.records import DiffStats, error_line
 from harness.numeric.compare import compare, describe, tolerance_of
+from harness.store import layout
+from harness.store.layout import DEBUG_MODEL, INTERMEDIATES, LOCALIZATION, LOCALIZATION_FILES, NODES
 
 FILES = LOCALIZATION_FILES
-"""What :func:`harness.export.node_values.prepare` writes beside ``model.onnx`` (named in :mod:`harness.build.layout`)."""
+"""What :func:`harness.export.node_values.prepare` writes beside ``model.onnx`` (named in :mod:`harness.store.layout`)."""
 
 # onnxruntime's output types numpy can hold: :func:`run_values` leaves the others out (a bfloat16 output would fail
 # the whole call).
@@ -314,7 +314,7 @@ def on_demand(
             _remove_partial(dest)
             said = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             return {}, {"error": f"not recorded: the reference pass failed: {said}"}
-    from harness.build.cache import read_json
+    from harness.store.cache import read_json
 
     meta = read_json(meta_path) or {}
     return (load_intermediates(dest, probe) if dest.exists() else {}), meta

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.build import layout
 from harness.config.runtimes import provider
 from harness.core.records import CellRecord, ExportRecord, Status
+from harness.store import layout
 
 
 def read(out: Path, exports: Iterable[ExportRecord]) -> tuple[dict[tuple[str, str], dict[str, Any]], str | None]:

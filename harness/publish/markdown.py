@@ -18,15 +18,15 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import fault, models, published, recommend
+from harness.answer import fault, published, real_models, recommend
 from harness.answer.published import runs, runtime_key, shorten
-from harness.build import layout
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
 from harness.core.errors import PROBE_FILE_ERROR
 from harness.core.records import CellRecord, ExportRecord, Outcome, Rewrite, Status
 from harness.publish import claims
+from harness.store import layout
 
 _CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.cases.corpus registers a case
 
@@ -159,10 +159,10 @@ class Readme:
     rewrites: Sequence[Rewrite]
     beside: Sequence[Mapping[str, Any]] = ()
     """:func:`harness.answer.published.published_beside`: the columns of profiles published in folders inside this one."""
-    per_model: Sequence[models.ModelAnswer] = ()
-    """The answer per real model (cases with a card of their own, ``about``): :func:`harness.answer.models.per_model`."""
-    findings: Sequence[models.Finding] = ()
-    """What fails among the real models, once per cause (:func:`harness.answer.models.findings`)."""
+    per_model: Sequence[real_models.ModelAnswer] = ()
+    """The answer per real model (cases with a card of their own, ``about``): :func:`harness.answer.real_models.per_model`."""
+    findings: Sequence[real_models.Finding] = ()
+    """What fails among the real models, once per cause (:func:`harness.answer.real_models.findings`)."""
     cards: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
     tables: Sequence[Mapping[str, Any]] = ()
     """:func:`harness.answer.published.tables_beside`: tables of another corpus published inside this one."""
@@ -354,11 +354,11 @@ def _head_lines(r: Readme, cases: list[str], columns: list[str]) -> list[str]:
     ]
 
 
-def _model_lines(answers: Sequence[models.ModelAnswer]) -> list[str]:
+def _model_lines(answers: Sequence[real_models.ModelAnswer]) -> list[str]:
     """The exporter and opset to ship per model and runtime (runtimes that agree folded into one span)."""
     if not answers:
         return []
-    rows = [[f"[{_md_escape(a.title)}]({_page(a.case)})", f"`{a.case}`", _md_escape(models.by_runtime(a))] for a in answers]
+    rows = [[f"[{_md_escape(a.title)}]({_page(a.case)})", f"`{a.case}`", _md_escape(real_models.by_runtime(a))] for a in answers]
     return [
         "## The answer per model",
         "",
@@ -375,7 +375,7 @@ def _model_lines(answers: Sequence[models.ModelAnswer]) -> list[str]:
 
 
 def _finding_lines(
-    found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
+    found: Sequence[real_models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
 ) -> list[str]:
     """What fails, once per cause, the causes that most models share first."""
     if not found:
@@ -399,13 +399,13 @@ def case_pages(
     verdicts: dict[str, list[str]],
     profile: Profile,
     env: Mapping[str, Any],
-    findings: Sequence[models.Finding] = (),
+    findings: Sequence[real_models.Finding] = (),
     cards: Mapping[str, Mapping[str, str]] | None = None,
     ship: Mapping[str, str] | None = None,
     rewrites: Sequence[Rewrite] = (),
 ) -> dict[str, str]:
     """``{case: Markdown}``: each case's own page, ``results/cases/<case>.md``: its answer alone per runtime (``ship``:
-    :func:`harness.answer.models.by_runtime`, the one answer), the requests its exporters wrote at another opset, and
+    :func:`harness.answer.real_models.by_runtime`, the one answer), the requests its exporters wrote at another opset, and
     for a real model what fails for it, once per cause, from ``findings``."""
     columns = runtime_order(df["column"])
     by_case: dict[str, list[ExportRecord]] = {}
@@ -463,7 +463,11 @@ def _ship_lines(case: str, ship: str | None, rewrites: Sequence[Rewrite]) -> lis
 
 
 def _own_findings(
-    case: str, found: Sequence[models.Finding], cards: Mapping[str, Mapping[str, str]], pins: Sequence[str], opsets: Sequence[int]
+    case: str,
+    found: Sequence[real_models.Finding],
+    cards: Mapping[str, Mapping[str, str]],
+    pins: Sequence[str],
+    opsets: Sequence[int],
 ) -> list[str]:
     if not found:
         return []

@@ -19,10 +19,10 @@ from typing import Any
 from harness.answer import fault
 from harness.answer.published import column_label, exported_with, runtime_order
 from harness.answer.recommend import UNMEASURED, Column, table_counts
-from harness.build.frontier import describe
 from harness.config import runtimes
 from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Rewrite, Status
+from harness.store.frontier import describe
 
 TEMPLATE = Path(__file__).with_name("page.html")
 _TOKEN = "__HARNESS_DATA__"
@@ -146,7 +146,7 @@ def data(
         "home": home,  # the main table's page, from a profile's folder inside its results (../index.html)
         "beside": list(beside),  # harness.answer.published.published_beside: columns of profiles published inside this one
         "tables": list(tables),  # harness.answer.published.tables_beside: tables of another corpus inside this one
-        "ship": dict(ship or {}),  # a case alone: the exporter and opset to ship per runtime (answer.models.by_runtime)
+        "ship": dict(ship or {}),  # a case alone: the exporter and opset to ship per runtime (answer.real_models.by_runtime)
         "counts": dict(counts),
         "statuses": [[s.value, s.symbol, legend[s]] for s in statuses],  # the README's symbols: one set
         "faults": list(fault.KINDS),  # a failing cell's fault, by index (harness.answer.fault)

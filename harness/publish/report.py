@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from harness.answer import fault, lookup, models, published, recommend
+from harness.answer import fault, lookup, published, real_models, recommend
 from harness.answer.published import (
     CASES,
     REWRITES,
@@ -53,7 +53,6 @@ from harness.answer.published import (
     why,
     worst,
 )
-from harness.build import cache, frontier, layout, spec, stamps
 from harness.config import runtimes
 from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
@@ -64,6 +63,7 @@ from harness.publish import history, markdown, page, plots
 from harness.publish.markdown import LEGEND
 from harness.publish.repro import FAILING, write_repros
 from harness.publish.staged import Publication, publishing
+from harness.store import cache, frontier, layout, spec, stamps
 
 __all__ = ["LEGEND", "build", "gather", "your_models"]
 
@@ -77,7 +77,7 @@ def gather(out: Path, profile: Profile, *, partial: bool = False) -> tuple[list[
     record stays one record: :func:`harness.core.records.spread` expands it), and what is wrong with them.
 
     Raises:
-        HarnessError: a shard of the profile is not whole (:func:`harness.build.layout.check`: unsealed, changed,
+        HarnessError: a shard of the profile is not whole (:func:`harness.store.layout.check`: unsealed, changed,
             damaged, missing cells), unless ``partial``: then its sound cells are taken and the
             problems returned, for the report to say so.
     """
@@ -130,7 +130,7 @@ def _frontier_missing(out: Path, profile: Profile) -> list[str]:
 
 def _vouched(shard: Path, exports: Sequence[ExportRecord]) -> dict[str, CellRecord]:
     """The cells of a shard that is not whole which its seal vouches for (a sealed shard's bytes as sealed, an open
-    one's up to its run's last checkpoint: :func:`harness.build.layout.resume`), each of this export's files: none
+    one's up to its run's last checkpoint: :func:`harness.store.layout.resume`), each of this export's files: none
     from a shard whose bytes are not the ones its seal describes (a forged line, even with its checksum redone)."""
     cells, _, problem = layout.resume(shard)
     if problem is not None:
@@ -245,12 +245,12 @@ def _build(
     if (releases := published.torch_beside(results)) is not None:  # the table across torch releases, linked
         tables = [*tables, {"folder": releases["folder"], "profile": "torch", "releases": releases["releases"]}]
     every = list(dict.fromkeys(r.case for r in exports))
-    alone = {a.case: a for a in models.per_model(cells, every, loads, rewritten, cards, cols)}  # each case's own answer
+    alone = {a.case: a for a in real_models.per_model(cells, every, loads, rewritten, cards, cols)}  # each case's own answer
     real = [case for case in every if cards.get(case, {}).get("about")]
     per_model = [alone[case] for case in real if case in alone]
-    ship = {case: models.by_runtime(a) for case, a in alone.items()}
+    ship = {case: real_models.by_runtime(a) for case, a in alone.items()}
     mine = set(real)
-    causes = models.findings([c for c in cells if c.case in mine], loads, providers=len({c.provider for c in cells}))
+    causes = real_models.findings([c for c in cells if c.case in mine], loads, providers=len({c.provider for c in cells}))
     payload = page.data(
         cells, exports, repros=repros, constraints=constraints, environment=environment, legend=LEGEND, counts=counts,
         frontier=loads, verdicts=cols, beside=beside, home=_home(results), tables=tables, rewrites=rewrites,
@@ -390,7 +390,7 @@ def _builtin(source: str, builtin: tuple[str, ...]) -> bool:
 def _summary_line(
     cells: list[CellRecord], exports: list[ExportRecord], counts: Mapping[str, int], results: Path,
     cards: Mapping[str, Mapping[str, str]], builtin: tuple[str, ...], providers: int, manifest: Mapping[str, Any],
-    problems: list[str], ship: Mapping[str, models.ModelAnswer],
+    problems: list[str], ship: Mapping[str, real_models.ModelAnswer],
 ) -> str:  # fmt: skip
     """What the report prints: its counts, then the user's own models (a ``--corpus`` run ends with the answer)."""
     summary = (
@@ -413,10 +413,10 @@ def your_models(
     mine: list[str],
     cards: Mapping[str, Mapping[str, str]],
     providers: int,
-    ship: Mapping[str, models.ModelAnswer],
+    ship: Mapping[str, real_models.ModelAnswer],
 ) -> str:
     """The end of a ``--corpus`` run, in one screen: per model, the exporter and opset to ship on each runtime (``ship``:
-    :func:`harness.answer.models.per_model`, what ``recommend`` says for that model alone), then what fails where,
+    :func:`harness.answer.real_models.per_model`, what ``recommend`` says for that model alone), then what fails where,
     each failure once with the opsets and runtimes it covers."""
     columns = group_by((c for c in cells if c.case in mine), "runtime", "provider")
     order = {pin: i for i, pin in enumerate(runtime_order(pin for pin, _ in columns))}

@@ -30,9 +30,9 @@ import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from harness.build import cache, lock
-from harness.build.lock import NAME, STAGE
 from harness.core.errors import HarnessError
+from harness.store import cache, lock
+from harness.store.lock import NAME, STAGE
 
 PUBLISHING, PREVIOUS = "publish.tmp", "previous.tmp"
 """The suffixes of a publication's two temporary folders beside the published one: ``.<name>.<pid>.<suffix>``."""

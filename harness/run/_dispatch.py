@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import layout
 from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, first_line
 from harness.pool.progress import Progress
 from harness.pool.workers import MemoryGate, TaskResult, run_tasks
 from harness.run.backends.messages import Cell, CellTask, LatencyTask, Loaded, Localizing, Retry, Timed, Timing
+from harness.store import layout
 
 CUT_SHORT = "localizing this mismatch was cut short"
 FRESH = "a worker died here first"
-ENTRY = "harness.run.backends.worker"
+ENTRY = "harness.run.backends.entry"
 
 
 @dataclasses.dataclass

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.build import cache
 from harness.pool.workers import describe_exit
+from harness.store import cache
 
 if TYPE_CHECKING:
     from harness.config.matrix import Runtime

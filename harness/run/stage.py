@@ -1,15 +1,15 @@
 """Run stage (runtime environment): artifacts × one runtime × its columns → one shard per column.
 
 Runs in an environment holding one pinned runtime package, numpy and the harness (``--no-deps``); never
-torch. Reads the export's files through :mod:`harness.build.layout`; writes
+torch. Reads the export's files through :mod:`harness.store.layout`; writes
 ``build/shards/<runtime-id>-<column>.jsonl``. Which backend runs the cells, and how a column is set up, is
 the registry's (:mod:`harness.config.runtimes`); the cells themselves are the backend contract's
 (:mod:`harness.run.backends.loop`) and come back through :mod:`harness.run._dispatch`. Per column, top to bottom:
 
 1. :func:`_column_record`: a broken environment, or a column that cannot run here, is one runtime-wide
    record (``env-error``, ``unavailable``) with the reason and the fix, sealed, never one failure per cell;
-2. :meth:`_Column.plan`: every cell whose content address (:func:`harness.build.cache.cell_key`) is unchanged,
-   whose line passes its checksum, that its shard's seal vouches for (:func:`harness.build.layout.resume`: a shard
+2. :meth:`_Column.plan`: every cell whose content address (:func:`harness.store.cache.cell_key`) is unchanged,
+   whose line passes its checksum, that its shard's seal vouches for (:func:`harness.store.layout.resume`: a shard
    changed after it was sealed is redone whole) and that does not depend on the machine is kept; the rest
    become tasks;
 3. :meth:`_Column.correctness`: the tasks in worker processes, each cell appended as it arrives and
@@ -17,7 +17,7 @@ the registry's (:mod:`harness.config.runtimes`); the cells themselves are the ba
    costs the probe it was on;
 4. :meth:`_Column.latency`: serially, with a fixed thread count, so no two timed sessions share the CPU;
 5. :meth:`_Column.seal`: the shard rewritten atomically, one line per cell, and sealed for the report and
-   :mod:`harness.build.plan` (never where an artifact's files changed since the export).
+   :mod:`harness.store.plan` (never where an artifact's files changed since the export).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, frontier, layout, stamps
 from harness.config.matrix import Matrix, Runtime
 from harness.config.runtimes import provider
 from harness.core.errors import HarnessError
@@ -36,7 +35,8 @@ from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, Statu
 from harness.pool.progress import Progress
 from harness.run import _dispatch as dispatch
 from harness.run import envprobe
-from harness.run.backends.messages import TOOK_NO_NODE, CellTask, LatencyTask, ReferenceSource
+from harness.run.backends.messages import CellTask, LatencyTask, ReferenceSource
+from harness.store import cache, frontier, layout, stamps
 
 # Depend on this machine, not on the artifact: never reused by a rerun.
 # A timeout may be the machine's load, not the artifact: run again next time, like these two.
@@ -229,7 +229,7 @@ class _Column:
         )
 
     def layout_shard(self) -> None:
-        """Start the shard afresh with what is kept, under an open seal (:func:`harness.build.layout.checkpoint`)."""
+        """Start the shard afresh with what is kept, under an open seal (:func:`harness.store.layout.checkpoint`)."""
         layout.write_shard(self.path, [*self.cells.values(), *self.kept])
 
     def correctness(self, tasks: list[CellTask], appender: layout.Appender) -> None:
@@ -322,7 +322,7 @@ def reusable(old: CellRecord | None, key: str) -> bool:
     large model needs could not be recorded here)."""
     if old is None or old.cache_key != key or old.error_class == Outcome.HARNESS_ERROR.error_class:
         return False
-    if old.status in _NOT_REUSED and old.error_class != TOOK_NO_NODE:
+    if old.status in _NOT_REUSED and old.error_class != Outcome.PROVIDER_TOOK_NO_NODE.error_class:
         return False
     note = old.note or ""
     localized = old.optimizer is not None and dispatch.CUT_SHORT not in note and _NOT_RECORDED not in note

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import layout
 from harness.core.records import first_line
 from harness.numeric.compare import compare, describe
+from harness.store import layout
 
 
 def warm() -> None:

@@ -1,6 +1,6 @@
 """The spec stage: the ONNX specification's answer on every artifact of the last export, cached per artifact.
 
-For each artifact that has a file: its fact from the cache (``build/cache/spec/<key>.json``, :mod:`harness.build.spec`)
+For each artifact that has a file: its fact from the cache (``build/cache/spec/<key>.json``, :mod:`harness.store.spec`)
 or, where there is none, judged in a worker (:func:`harness.spec._evaluate.evaluate`) within a budget per artifact;
 then ``build/spec.json`` written whole, then its stamp. A worker that runs out of the budget or dies costs that
 artifact's answer (said as the reason), never the stage. Runs in its own environment: the export's onnx pin and
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, layout, spec
 from harness.core.errors import HarnessError
 from harness.core.records import ExportRecord, first_line
 from harness.pool.workers import run_tasks
+from harness.store import cache, layout, spec
 
 
 def judge_all(

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import cache, layout
 from harness.config import runtimes
 from harness.core.onnxfile import strip_weights
 from harness.core.records import ExportRecord
 from harness.publish.repro._portable import portable
 from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import changed_since_export
+from harness.store import cache, layout
 
 SCRIPT = (Path(__file__).parent / "_script.py").read_bytes()
 """``repro.py`` of every folder: :mod:`harness.publish.repro._script` as it is, so ruff and mypy check what users run."""

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from harness.answer.fault import Fault
-from harness.build import cache, frontier, layout
 from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.publish.repro._files import (
@@ -27,10 +26,11 @@ from harness.publish.repro._issue import frontier_issue, issue
 from harness.publish.repro._readme import frontier_readme, readme
 from harness.publish.repro._tensor import encode_tensor
 from harness.publish.staged import Publication
+from harness.store import cache, frontier, layout
 
 SHARED = "frontier"
 """``repro/frontier/ir<N>.op<M>/``: the one reproducer of every artifact of IR N and opset M whose every failing cell
-is a refusal at load that the runtime's measured frontier explains (:mod:`harness.build.frontier`)."""
+is a refusal at load that the runtime's measured frontier explains (:mod:`harness.store.frontier`)."""
 
 REPRO_DIR = "repro"
 """Folder under ``results/`` that holds one reproducer folder per failing artifact."""

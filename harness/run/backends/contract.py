@@ -5,7 +5,7 @@ backend, and runners that never compare. A :class:`Backend` knows its runtime (w
 why a column cannot run, how to load an artifact into a :class:`Session`, how to localize a mismatch) and a
 :class:`Session` runs feeds and makes the timed call. Everything else is done once, for every backend: the
 verdict of each probe by :mod:`harness.run.backends.loop`, the latency protocol by
-:mod:`harness.run.backends.latency`, in the worker processes of :mod:`harness.run.backends.worker`.
+:mod:`harness.run.backends.latency`, in the worker processes of :mod:`harness.run.backends.entry`.
 """
 
 from __future__ import annotations

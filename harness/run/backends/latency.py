@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import layout
 from harness.config import runtimes
 from harness.core.records import Latency
 from harness.run.backends.contract import Backend
 from harness.run.backends.loop import feeds_for
 from harness.run.backends.messages import LatencyTask, Timed
+from harness.store import layout
 
 
 def measure_latency(be: Backend, task: LatencyTask) -> Timed:

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import layout
 from harness.config import runtimes
 from harness.core.records import CellRecord, ExportRecord, Outcome, Stage, first_line
 from harness.numeric import localize
 from harness.numeric.compare import compare, describe
 from harness.run.backends.contract import Backend, Session
 from harness.run.backends.messages import Cell, CellTask, Event, Loaded, Localizing, Retry, Timing
+from harness.store import layout
 
 
 def run_probes(be: Backend, task: CellTask) -> Iterator[Event]:

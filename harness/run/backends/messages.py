@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from harness.core.records import CellRecord, Latency, Outcome
+from harness.core.records import CellRecord, Latency
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,7 @@ class CellTask:
     options: Mapping[str, Any]
     probes: tuple[str, ...]
     keys: Mapping[str, str]
-    """Each probe's content address (:func:`harness.build.cache.cell_key`), for the run stage."""
+    """Each probe's content address (:func:`harness.store.cache.cell_key`), for the run stage."""
     threads: int = 1
     reference: ReferenceSource | None = None
     fresh_after: str = ""
@@ -93,9 +93,6 @@ class Timing:
 
 Event = Loaded | Cell | Localizing | Retry | Timing
 
-TOOK_NO_NODE = Outcome.PROVIDER_TOOK_NO_NODE.error_class
-"""The error class of a cell whose session held the column's provider but placed none of the graph's nodes on it:
-``unavailable`` as a fallback is, but decided by the artifact and the provider's version, not by the machine."""
 
 
 @dataclasses.dataclass(frozen=True)

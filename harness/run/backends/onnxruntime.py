@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import layout
-from harness.build.cache import digest, sha256_file
 from harness.config import runtimes
 from harness.core.records import CellRecord, ExportRecord, error_line
 from harness.numeric import localize
@@ -38,6 +36,8 @@ from harness.numeric.compare import compare
 from harness.run.backends.contract import Backend
 from harness.run.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
 from harness.run.backends.messages import CellTask, ReferenceSource
+from harness.store import layout
+from harness.store.cache import digest, sha256_file
 
 
 class OnnxRuntime(Backend):

@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.build import cache, layout
 from harness.config import runtimes
 from harness.core.records import ExportRecord, first_line
 from harness.run.backends.contract import Backend
 from harness.run.backends.gpu import cpu_model, gpu_model, nvidia_driver_problem
+from harness.store import cache, layout
 
 WORKSPACE_MIB = 4096
 KEEP_ENGINES = 4

@@ -3,10 +3,10 @@
 Every stage reads the files of the stage before it through this module, never through that stage::
 
     build/manifest.json                     the export's artifact ids (:func:`load_artifacts`)
-    build/export.stamp.json                 what the export read (:mod:`harness.build.stamps`)
+    build/export.stamp.json                 what the export read (:mod:`harness.store.stamps`)
     build/artifacts/<id>/model.onnx         and model.onnx.data, reference.npz, export.json, the
                                             localization files (:data:`LOCALIZATION_FILES`)
-    build/cache/exports/<key>/              the export store (:class:`harness.build.cache.ExportStore`)
+    build/cache/exports/<key>/              the export store (:class:`harness.store.cache.ExportStore`)
     build/shards/<runtime id>-<column>.jsonl           one cell a line, each sealed with its checksum
     build/shards/<runtime id>-<column>.stamp.json      the shard's seal (:func:`seal`), open while its run writes
                                                        (:func:`checkpoint`)
@@ -40,9 +40,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.build import cache
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord
+from harness.store import cache
 
 if TYPE_CHECKING:
     from harness.config.matrix import Runtime
@@ -54,7 +54,7 @@ ARTIFACTS = "artifacts"
 SHARDS = "shards"
 SPEC = "spec.json"
 SPEC_STAMP = "spec.stamp.json"
-"""The spec stage's answer for every artifact (:mod:`harness.build.spec`), and its seal: the report reads both."""
+"""The spec stage's answer for every artifact (:mod:`harness.store.spec`), and its seal: the report reads both."""
 CUDA_REFERENCE = "cuda_reference.jsonl"
 """torch on a CUDA device, on the export's probes (``bench/cuda_reference.py``), which the report reads."""
 
@@ -411,8 +411,8 @@ _TAIL = len(_MARK) + 16 + 2  # the mark, 16 hex digits, '"}'
 
 
 def _sealed(line: str) -> dict[str, object] | None:
-    """The data of a line exactly as :func:`harness.build.cache.seal` wrote it, checked on its bytes (no JSON
-    written again to check it), or None: anything else, for :func:`harness.build.cache.unseal` to judge."""
+    """The data of a line exactly as :func:`harness.store.cache.seal` wrote it, checked on its bytes (no JSON
+    written again to check it), or None: anything else, for :func:`harness.store.cache.unseal` to judge."""
     cut = len(line) - _TAIL
     if cut <= 0 or not line.startswith(_MARK, cut) or not line.endswith('"}'):
         return None

@@ -5,14 +5,14 @@ Three things are keyed by the content they depend on, never by a timestamp:
 - **An export** (:func:`export_key`): the case's source (:func:`case_digest`: the code of the model,
   its inputs and probes and everything they reach in the user's files), the torch / onnx /
   onnxscript / reference-runtime versions, the exporter, the opset and the export settings, and the
-  harness code that exports (:func:`harness.build.code.export_files`). Its files live in :class:`ExportStore`, one folder
+  harness code that exports (:func:`harness.store.code.export_files`). Its files live in :class:`ExportStore`, one folder
   per key, each file's SHA-256 recorded beside them and checked on every use; ``build/artifacts/<id>/``
   is a view of hard links into it.
 - **A cell** (:func:`cell_key`): the artifact's digest (model, references, probes, tolerance), the
   runtime's requirements, the provider, the probe, the run settings (timeout, latency protocol) and
-  the harness code that runs cells (:func:`harness.build.code.run_files`). Each shard line carries its key and a checksum
+  the harness code that runs cells (:func:`harness.store.code.run_files`). Each shard line carries its key and a checksum
   (:func:`seal`); a line whose checksum fails is redone, not trusted.
-- **A stage** (:func:`stamp_inputs`, :mod:`harness.build.plan`): what the stage read last time (files and
+- **A stage** (:func:`stamp_inputs`, :mod:`harness.store.plan`): what the stage read last time (files and
   their hashes, settings, the environment's package listing) so ``nox -s matrix`` can tell, without
   starting an environment or importing torch, that a stage has nothing to do.
 
@@ -121,14 +121,14 @@ def _source_digest(python: bool, data: bytes) -> str:
 
 def export_key(case_source: str, artifact: str, exporter: str, opset: int, settings: Mapping[str, Any], code: str) -> str:
     """The content address of one export (``settings`` holds the versions and the export settings, ``code`` the
-    digest of the harness code that exports: :func:`harness.build.stamps.export_code`)."""
+    digest of the harness code that exports: :func:`harness.store.stamps.export_code`)."""
     return digest("export", case_source, artifact, exporter, opset, dict(settings), code)
 
 
 def cell_key(
     artifact_digest: str, requirements: Iterable[str], column: str, probe: str, settings: Mapping[str, Any], code: str
 ) -> str:
-    """The content address of one cell (``code``: :func:`harness.build.stamps.run_code`)."""
+    """The content address of one cell (``code``: :func:`harness.store.stamps.run_code`)."""
     return digest("cell", artifact_digest, list(requirements), column, probe, dict(settings), code)[:32]
 
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, frontier, layout
 from harness.config.matrix import Profile
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord
+from harness.store import cache, frontier, layout
 
 CPU_RUNNER = ["ubuntu-24.04"]
 GPU_RUNNER = ["self-hosted", "linux", "x64", "gpu"]

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.build import cache
 from harness.core.records import error_line, first_line
+from harness.store import cache
 
 if TYPE_CHECKING:
     from harness.config.matrix import Runtime
@@ -39,7 +39,7 @@ FIRST_OPSET = 7  # Add's schema 7: broadcasting; no runtime of the matrix refuse
 
 def _code() -> str:
     """The digest of what this module runs: in the index, so changed code writes (and so measures) again."""
-    from harness.build import code
+    from harness.store import code
 
     return code.digest(code.files(__name__))
 

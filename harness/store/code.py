@@ -18,7 +18,7 @@ import functools
 import re
 from pathlib import Path
 
-from harness.build import cache
+from harness.store import cache
 
 PACKAGE = cache.PACKAGE
 ROOT = PACKAGE.name  # "harness"
@@ -50,7 +50,7 @@ _PROGRAM = re.compile(rf"\b(?:from|import) ({ROOT}(?:\.\w+)*)")
 """A module a ``-c`` program imports."""
 
 
-_DATA = frozenset({"harness.config.runtimes", "harness.build.spec", __name__})
+_DATA = frozenset({"harness.config.runtimes", "harness.store.spec", __name__})
 """Modules whose strings name code as data: the registry names each kind's backend (only that kind's cells' keys
 add it: :func:`run_files`), this module and the spec's the stages' entry points (digested, never imported)."""
 
@@ -95,7 +95,7 @@ class _Imports(ast.NodeVisitor):
         if base.split(".")[0] != ROOT:
             return
         self.found.add(base)
-        for alias in node.names:  # ``from harness.build import cache``: a submodule, where one has that name
+        for alias in node.names:  # ``from harness.store import cache``: a submodule, where one has that name
             self.found.add(f"{base}.{alias.name}")  # (kept by :func:`imports` only where that module exists)
 
 
@@ -135,7 +135,7 @@ def closure(*entries: str, package: Path = PACKAGE) -> tuple[str, ...]:
 
 
 def files(*entries: str, package: Path = PACKAGE) -> tuple[str, ...]:
-    """The files of :func:`closure`, relative to the package (what :func:`harness.build.cache.code_digest` takes)."""
+    """The files of :func:`closure`, relative to the package (what :func:`harness.store.cache.code_digest` takes)."""
     paths = [module_path(m, package) for m in closure(*entries, package=package)]
     return tuple(sorted(p.relative_to(package).as_posix() for p in paths if p is not None))
 

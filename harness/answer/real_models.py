@@ -18,8 +18,8 @@ from typing import Any
 
 from harness.answer import recommend
 from harness.answer.published import group_by, opset_ranges, runs, runtime_order, shorten, worst_hit
-from harness.build import frontier
 from harness.core.records import CellRecord, Status
+from harness.store import frontier
 
 
 @dataclasses.dataclass(frozen=True)

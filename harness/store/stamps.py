@@ -1,7 +1,7 @@
 """What each stage depends on, computed from matrix.toml, the command line, the build folder and the code, without
 starting an environment: the export's settings, a cell's run settings, a shard's inputs, the report's inputs.
 
-The stage that writes a stamp and :mod:`harness.build.plan`, which compares it before starting that stage, both ask
+The stage that writes a stamp and :mod:`harness.store.plan`, which compares it before starting that stage, both ask
 here, so neither imports the other. Standard library only: the noxfile reads it.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.build import cache, code, layout, lock
 from harness.config import runtimes
+from harness.store import cache, code, layout, lock
 
 if TYPE_CHECKING:
     from harness.config.matrix import Matrix, Profile, Runtime
@@ -52,7 +52,7 @@ def export_inputs(
     matrix: Matrix, profile: Profile, corpus: Sequence[str], cases: Sequence[str] | None, requirements: Sequence[str] = ()
 ) -> dict[str, Any]:
     """What decides which artifacts an export writes, from matrix.toml and the command line alone:
-    :mod:`harness.build.plan` compares it with the last export's stamp without starting the environment."""
+    :mod:`harness.store.plan` compares it with the last export's stamp without starting the environment."""
     return {
         "settings": export_settings(matrix, requirements),
         "pins": json.loads(json.dumps(dataclasses.asdict(matrix.export))),  # as the stamp reads it back (lists)
@@ -82,18 +82,18 @@ def run_settings(matrix: Matrix, column: str, runtime: Runtime) -> dict[str, Any
 
 def run_code(runtime: Runtime, package: Path = code.PACKAGE) -> str:
     """The digest of the code that runs ``runtime``'s cells: what the run stage and its kind's backend import
-    (:func:`harness.build.code.run_files`; ``package``: this one, or a copy a test edits)."""
+    (:func:`harness.store.code.run_files`; ``package``: this one, or a copy a test edits)."""
     return code.digest(code.run_files(runtime.kind.backend, package), package)
 
 
 def export_code(package: Path = code.PACKAGE) -> str:
-    """The digest of the code that exports: what the export stage imports (:func:`harness.build.code.export_files`)."""
+    """The digest of the code that exports: what the export stage imports (:func:`harness.store.code.export_files`)."""
     return code.digest(code.export_files(package), package)
 
 
 def shard_inputs(artifacts: Iterable[tuple[str, str | None, str]], matrix: Matrix, runtime: Runtime, column: str) -> str:
     """What a shard depends on: each artifact's ``(id, export key, digest)``, the runtime's requirements,
-    the column, the run settings and the code that runs cells. :mod:`harness.build.plan` computes it from
+    the column, the run settings and the code that runs cells. :mod:`harness.store.plan` computes it from
     the export's stamp; a shard whose stamp holds the same value has nothing left to run."""
     return cache.digest(
         sorted(artifacts), list(runtime.gpu_install), column, run_settings(matrix, column, runtime), run_code(runtime)
@@ -116,7 +116,7 @@ def report_inputs(out: Path, profile: Profile, results: Path, builtin: Iterable[
     ``results/torch/``: their environment.json changes with each), the harness's code. A file absent counts as
     absent: writing it moves the key. tests/test_report_inputs.py watches a real report open files and requires
     each to be here."""
-    from harness.build import frontier
+    from harness.store import frontier
 
     files = [
         out / layout.MANIFEST,

@@ -5,7 +5,7 @@ holds (the same settings, the same files with the same hashes, the same
 packages in its environment, every cache entry whole) is not started at all,
 so a rerun with nothing changed starts no environment, imports no torch and
 takes a second or two. A stage it does start decides again for itself, cell by
-cell and artifact by artifact (:mod:`harness.build.cache`): this module only ever
+cell and artifact by artifact (:mod:`harness.store.cache`): this module only ever
 says "skip" when the stage would have found nothing to do.
 
 Stamps:
@@ -17,7 +17,7 @@ Stamps:
   a digest of the shard's inputs, the shard's own hash, the environment.
 - ``build/spec.stamp.json`` (:func:`harness.spec.stage.judge_all`): a digest of the artifacts, the onnx release
   and the spec stage's code, the hash of ``build/spec.json``, the environment.
-- ``build/report.<profile>.stamp.json`` (:func:`harness.build.stamps.write_report_stamp`): a digest of the
+- ``build/report.<profile>.stamp.json`` (:func:`harness.store.stamps.write_report_stamp`): a digest of the
   report's inputs and the hash of every file it wrote under ``results/``, and the hash of the spec's answer it read.
 
 Standard library only: the noxfile runs this before any environment exists.
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, frontier, layout, spec, stamps
 from harness.config.matrix import Matrix, Profile, Runtime
+from harness.store import cache, frontier, layout, spec, stamps
 
 
 def corpus_sources(matrix: Matrix, extra: Sequence[str] = (), only: bool = False, profile: Profile | None = None) -> list[str]:

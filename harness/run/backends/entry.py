@@ -1,6 +1,6 @@
 """The worker processes' entry points: one backend per worker, made once, running the probe loop and the latency.
 
-:mod:`harness.run._dispatch` names these functions (``harness.run.backends.worker:run_cells``) for the worker pool.
+:mod:`harness.run._dispatch` names these functions (``harness.run.backends.entry:run_cells``) for the worker pool.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.build import cache, code, layout
+from harness.store import cache, code, layout
 
 FACTS = layout.SPEC
 """In the build folder: every artifact's fact, written whole by the spec stage."""
@@ -27,7 +27,7 @@ CACHE = Path("cache") / "spec"
 
 ENTRY = "harness.spec.stage"
 """What the spec stage runs (its workers import :mod:`harness.spec._evaluate`, which it names). Named to digest its
-files, never imported here: this layer may not import a stage (:data:`harness.build.code._DATA` reads it as data,
+files, never imported here: this layer may not import a stage (:data:`harness.store.code._DATA` reads it as data,
 as it does the other stages' entry points)."""
 
 BUDGET_SECONDS = 60.0
@@ -42,7 +42,7 @@ VERDICTS = ("agrees", "disagrees")
 
 
 def spec_code() -> str:
-    """The digest of the code that judges a file (:func:`harness.build.code.files` of the stage)."""
+    """The digest of the code that judges a file (:func:`harness.store.code.files` of the stage)."""
     return code.digest(code.files(ENTRY))
 
 
