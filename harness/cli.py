@@ -145,7 +145,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-share",
         action="store_true",
-        help="give each dynamo export a cold process and its own registry, as a plain call has (slower; the same files)",
+        help="each artifact in a cold process with a plain exporter call: no warm start, no registry, capture or "
+        "decomposition shared between exports (slower; the same files)",
     )
     _with_arg(p)
 

@@ -8,9 +8,9 @@ The cases are the ones whose exports are most sensitive to what a process did be
 length fails a second dynamo export in one process; a custom ``torch.library`` op registered by the corpus; attention
 and a data-dependent branch; a scripted loop, which a second ``torch.jit.script`` in one process names differently; a
 train-mode BatchNorm, whose dynamo export changes the model), at an opset dynamo rewrites (17: built at 18, converted
-down) and at opsets of every class whose registries implement different ops (18 and 19; 20; 21; 23 and later). A task
-that crashes part-way costs the artifact it was on, and one whose export changes the model's state stops sharing:
-both are exported here too."""
+down) and at opsets either side of every change in what the registry implements (18–22 and 23 on, for torch 2.13)
+and of its implementations (gelu from 20, group_norm from 21). A task that crashes part-way costs the artifact it was
+on, and one whose export changes the model's state stops sharing: both are exported here too."""
 
 from __future__ import annotations
 

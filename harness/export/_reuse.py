@@ -5,8 +5,8 @@ exports, in the one process the task gets): the second place the harness touches
 ``_core.py``) does, in order: capture the model into an ``ExportedProgram`` (the capture strategies: ``torch.export``
 non-strict, strict, draft export…), which does not depend on the opset; decompose it for the operator registry of the
 opset (``_prepare_exported_program_for_export``: the aten ops the registry implements are kept, the others
-decomposed), which depends on the opset only through the set of ops the registry implements (the same set for
-opsets 18 and 19, for 21 and 22, for 23 and every later one); then translate, convert the version, optimize and
+decomposed), which depends on the opset only through the set of ops the registry implements (torch 2.13: one set for opsets 18
+to 22, another from 23 on, where ``aten.rms_norm`` joins it); then translate, convert the version, optimize and
 rename, per opset. Measured by ``bench/export_bench.py``, the capture is about a quarter of a small model's dynamo
 export and the decompositions about two thirds.
 
