@@ -13,7 +13,7 @@ same cases at the same dynamo opsets, into scratch folders, ``--force`` each tim
 
 It prints the median and total of the exporter call per artifact (``timing.export`` of each ``export.json``) and the
 stage's wall time for each, checks that both wrote the same files byte for byte, and then, in one warmed process,
-splits a shared export into its steps (``torch.export``, the decompositions, the translation to ONNX, the opset
+splits a plain dynamo export into its steps (``torch.export``, the decompositions, the translation to ONNX, the opset
 conversion, the optimizer, the rest) by timing the exporter's own functions.
 
     python bench/export_bench.py                         # 12 cases × dynamo 18, 22, 28 (about 3 minutes on 2 cores)
@@ -142,7 +142,7 @@ def _steps(cases: str, opsets: str) -> None:
     n, total = lines[0].split()
     n_i, total_f = int(n), float(total)
     each = total_f / max(n_i, 1) * 1000
-    print(f"\nwhere a shared export's time goes ({n_i} exports in one warmed process, {each:.0f} ms each):")
+    print(f"\nwhere one dynamo export's time goes ({n_i} plain calls in one warmed process, {each:.0f} ms each):")
     accounted = 0.0
     for line in lines[1:]:
         step, seconds = line.split("\t")
