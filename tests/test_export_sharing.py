@@ -167,7 +167,18 @@ register(Case(name="counts_calls", model=CountsCalls, inputs=lambda: {"x": randn
 '''
 
 
-def _tasks(tmp_path: Path, share: bool) -> tuple[dict[str, ExportRecord], list[str], dict[str, bytes | None]]:
+Exported = tuple[dict[str, ExportRecord], list[str], dict[str, bytes | None]]
+"""An export's records by artifact id, the lines it said, each artifact's model.onnx (None: none written)."""
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Exported]:
+    """:data:`TASKS` exported once shared and once with ``share`` off, for every test below."""
+    tmp = tmp_path_factory.mktemp("tasks")
+    return {share: _tasks(tmp, share) for share in (True, False)}
+
+
+def _tasks(tmp_path: Path, share: bool) -> Exported:
     from harness.config.matrix import Profile, load
     from harness.export.stage import export_all
 
@@ -189,19 +200,20 @@ def _read(path: Path) -> bytes | None:
     return path.read_bytes() if path.exists() else None
 
 
-def test_a_task_that_dies_part_way_costs_the_artifact_it_was_on_and_the_rest_are_exported_alone(tmp_path: Path) -> None:
-    shared, lines, _ = _tasks(tmp_path, share=True)
+def test_a_task_that_dies_part_way_costs_the_artifact_it_was_on_and_the_rest_are_exported_alone(
+    tasks: dict[bool, Exported],
+) -> None:
+    shared, lines, _ = tasks[True]
     crashed = [shared[f"second_export_crashes.torchscript.op{o}"] for o in (13, 17, 20)]
     assert [(r.ok, r.error_class) for r in crashed] == [(True, None), (False, "ExporterCrash"), (True, None)]
     assert "SIGSEGV during the torchscript exporter" in (crashed[1].error_line or ""), crashed[1].error_line
     assert any("artifacts again, each in a process of its own" in line for line in lines), lines
-    plain, _, _ = _tasks(tmp_path, share=False)
+    plain, _, _ = tasks[False]
     assert all(plain[f"second_export_crashes.torchscript.op{o}"].ok for o in (13, 17, 20))  # each its own process
 
 
-def test_an_export_that_changes_the_model_stops_the_sharing_and_changes_no_artifact(tmp_path: Path) -> None:
-    shared, _, shared_models = _tasks(tmp_path, share=True)
-    plain, _, plain_models = _tasks(tmp_path, share=False)
+def test_an_export_that_changes_the_model_stops_the_sharing_and_changes_no_artifact(tasks: dict[bool, Exported]) -> None:
+    (shared, _, shared_models), (plain, _, plain_models) = tasks[True], tasks[False]
     ids = [k for k in shared if k.startswith("counts_calls.")]
     assert len(ids) == 6 and all(shared[k].ok for k in ids), {k: shared[k].error_line for k in ids}
     for k in ids:
