@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from harness.answer import published  # noqa: E402
 from harness.cases import corpus  # noqa: E402
 from harness.cli import check_options, matrix_options  # noqa: E402
-from harness.config.matrix import load, version_tuple  # noqa: E402
+from harness.config import pythons  # noqa: E402
+from harness.config.matrix import Runtime, load, version_tuple  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.run.backends.gpu import nvidia_driver_problem  # noqa: E402
 from harness.store import lock, plan, stamps  # noqa: E402
@@ -331,17 +332,38 @@ def spec(session: nox.Session) -> None:
         session.run("harness", "spec", *_common(ns), *force)
 
 
+def _interpreter(rt: Runtime) -> str | None:
+    """The interpreter of a runtime's environment: the one its entry names (``python = "3.10"``), found on this
+    machine (:func:`harness.config.pythons.find`); None: nox's own, which is also what a runtime whose Python is
+    missing gets (its session then records why its column is not measured, and installs nothing of it)."""
+    return pythons.find(rt.python) if rt.python else None
+
+
 @nox.session
 @nox.parametrize(
-    "runtime", [nox.param(rt.pin, id=rt.id, tags=["run", rt.package, "gpu" if rt.gpu else "cpu"]) for rt in MATRIX.runtimes]
+    ["runtime", "python"],
+    [
+        nox.param(rt.pin, _interpreter(rt), id=rt.id, tags=["run", rt.package, "gpu" if rt.gpu else "cpu"])
+        for rt in MATRIX.runtimes
+    ],
 )
 def run(session: nox.Session, runtime: str) -> None:
-    """Run the exported artifacts on one pinned runtime (no torch here)."""
+    """Run the exported artifacts on one pinned runtime (no torch here), on the Python its entry names."""
     _stopped(session)
     ns = _options(session.posargs)
     rt = MATRIX.runtime(runtime)
-    env = {}
-    if rt.gpu and (why := nvidia_driver_problem()) is None:
+    command: tuple[str, ...] = ("harness", "run")
+    env: dict[str, str] = {}
+    extra: list[str] = []
+    if rt.python and _interpreter(rt) is None:  # its columns say why, as `env-error`; the other runtimes go on
+        why = pythons.missing(rt.pin, rt.python)
+        session.log(why)
+        extra = ["--unmeasured", why]
+    elif rt.python:  # an older Python than the project's (which requires 3.11): the harness from its source tree,
+        # not installed; the run stage's own code runs there (RUN_PYTHON and newer, tests/test_old_python.py)
+        session.install(*rt.requirements)
+        command, env = ("python", "-m", "harness", "run"), {"PYTHONPATH": str(ROOT)}
+    elif rt.gpu and (why := nvidia_driver_problem()) is None:
         # NVIDIA's index first for the packages it hosts: PyPI's tensorrt-cu*-libs are placeholders that fetch it.
         session.install(*rt.gpu_install, "--extra-index-url", NVIDIA_INDEX)
         env["LD_LIBRARY_PATH"] = _gpu_library_path(session)
@@ -350,8 +372,9 @@ def run(session: nox.Session, runtime: str) -> None:
             skipped = [r for r in rt.gpu_install if r not in rt.requirements]
             session.log(f"{why}: installing {' '.join(rt.requirements)} only, not {' '.join(skipped)}")
         session.install(*rt.requirements)
-    _harness(session)
-    extra = (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])
+    if command[0] == "harness":
+        _harness(session)
+    extra += (["--force"] if ns.force else []) + (["--no-latency"] if ns.no_latency else [])
     releases = MATRIX.profile(ns.profile).torch
     for release in releases:  # a profile with torch releases: each release's build in turn, where it has work
         if release == _reused(ns):
@@ -359,9 +382,9 @@ def run(session: nox.Session, runtime: str) -> None:
         if release in _TORCH_FAILED:
             session.log(f"torch {release}: its export did not finish: not run")
         elif ns.force or _plan(ns, release).runs[rt.id] is not None:
-            session.run("harness", "run", *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
+            session.run(*command, *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
     if not releases:
-        session.run("harness", "run", *_common(ns), "--runtime", rt.pin, *extra, env=env)
+        session.run(*command, *_common(ns), "--runtime", rt.pin, *extra, env=env)
 
 
 def _gpu_library_path(session: nox.Session) -> str:

@@ -182,6 +182,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", action="append", default=[], help="override the profile's columns (cpu, cuda, ...)")
     _force_arg(p, "redo every cell")
     _no_latency_arg(p)
+    p.add_argument(
+        "--unmeasured",
+        default="",
+        metavar="WHY",
+        help="this runtime cannot run here (its Python is missing: the noxfile says so): record each column as not "
+        "measured, with WHY, and nothing else",
+    )
 
     p = sub.add_parser(
         "jobs",
@@ -540,7 +547,9 @@ def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) 
             raise HarnessError(f"--provider {col!r} is not a column {runtime.pin} runs; use {', '.join(runtime.kind.columns())}")
     signal.signal(signal.SIGTERM, _interrupted)  # a deadline's SIGTERM ends the run as Ctrl-C does
     t0 = time.perf_counter()
-    cells = run.run_runtime(matrix, runtime, columns, out, force=args.force, latency=not args.no_latency)
+    cells = run.run_runtime(
+        matrix, runtime, columns, out, force=args.force, latency=not args.no_latency, unmeasured=args.unmeasured
+    )
     counts: dict[str, int] = {}
     for c in cells:
         counts[c.status.value] = counts.get(c.status.value, 0) + 1

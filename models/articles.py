@@ -172,6 +172,10 @@ register(
         claims=(
             Claim("load-fail", "torchscript", opset=20, runtime="onnxruntime==1.16.3", match="till opset 19"),
             Claim("load-fail", "dynamo", runtime="onnxruntime==1.17.3", match="Unsupported model IR version: 10"),
+            # The article's own example, measured: opset 17 on 1.12 runs; the runtime that stops at 16 (1.11) refuses
+            # the file when the session is created, before any node runs.
+            Claim("pass", "torchscript", opset=17, runtime="onnxruntime==1.12.1"),
+            Claim("load-fail", "torchscript", opset=17, runtime="onnxruntime==1.11.1", match="Opset 17 is under development"),
         ),
         model=_net("MLP"),
         inputs=lambda: {"x": randn(2, 16)},
@@ -184,7 +188,12 @@ register(
             "(or a newer onnx package writing a newer IR version) is beyond an older runtime. This model is "
             "deliberately plain, so a load-fail in its row is the opset/IR axis itself, not the model.",
             fix="Export at the highest opset your deployment runtime supports (read this row across runtimes); "
-            "the article defaults to opset 13.",
+            "the article defaults to opset 13. The article's example is not what happens: ONNX Runtime 1.12 does "
+            "support opset 17 (1.12.1 loads and runs this model exported at 17: its ceiling is IR 8 / opset 17), and "
+            "the release that stops at opset 16, 1.11.1, refuses the file at load ('Opset 17 is under development … "
+            "support for domain ai.onnx is till opset 16'), not at the first opset-17 node. Reproduce both with "
+            "results/repro/frontier/ir8.op17/ (a one-node model at IR 8, opset 17): its repro.py exits 1 on 1.11.1 "
+            "(refused at load) and 0 on 1.12.1.",
             source=f"{A1}, §3; https://github.com/microsoft/onnxruntime/blob/main/docs/Versioning.md",
         ),
     )

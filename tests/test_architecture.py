@@ -214,7 +214,12 @@ def _external(module: str, top_level_only: bool) -> set[str]:
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             names.add(node.module.split(".")[0])
-    return {n for n in names if n not in sys.stdlib_module_names and n not in ("harness", "__future__")}
+    return {n for n in names if n not in sys.stdlib_module_names and n not in ("harness", "__future__", *BACKPORTS)}
+
+
+BACKPORTS = {"tomli": "tomllib"}
+"""The standard library's modules as older Pythons install them (a run environment on Python 3.9 or 3.10 installs
+``tomli``: :attr:`harness.config.matrix.Runtime.requirements`), imported only where the standard one is missing."""
 
 
 @pytest.mark.parametrize("entry", sorted(ENVIRONMENTS))

@@ -60,6 +60,9 @@ def test_this_runtime_loads_what_a_direct_session_loads(out: Path) -> None:
                 ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
             assert [ir, op] in result["refused"]
     assert result["max_ir"] >= 10 and result["max_opset"] >= 21  # the test env holds the newest runtime
+    # what is past it (where onnx writes past it) is refused when the session is created, as above: said so
+    assert all(r["at"] == frontier.LOAD for r in result["reasons"])
+    assert frontier.refused_at(result) == ("at load" if result["refused"] else "")
     assert frontier.why_stale(out, "ort-x") == "its frontier is not measured"
     cache.write_json(frontier.result_path(out, "ort-x"), result)
     assert frontier.why_stale(out, "ort-x") is None
@@ -100,6 +103,18 @@ def test_models_of_other_code_are_written_again_and_a_failed_measurement_has_the
 
     text = "\n".join(_frontier_lines({"onnxruntime==x": broken, "onnxruntime==y": good}, ["onnxruntime==x"], []))
     assert f"IR version {good['irs'][0]}–{good['irs'][-1]}" in text and "| onnxruntime==x | none" in text
+
+
+def test_when_a_refusal_came_is_kept_apart_by_reason() -> None:
+    refusals = {
+        (3, 17): (frontier.LOAD, "Opset 17 is under development and support for this is limited"),
+        (3, 18): (frontier.LOAD, "Opset 18 is under development and support for this is limited"),
+        (9, 7): (frontier.RUN, "Could not find an implementation for Add(7) node with name ''"),
+    }
+    reasons = frontier._reasons(refusals)
+    assert [(r["ir"], r["opset"], r["at"]) for r in reasons] == [(3, 17, "load"), (9, 7, "run")]  # 18: same words as 17
+    assert frontier.refused_at({"reasons": reasons}) == "at load and at run"
+    assert frontier.refused_at({"reasons": reasons[:1]}) == "at load" and frontier.refused_at({"reasons": []}) == ""
 
 
 def test_explain_names_what_is_past_the_frontier() -> None:

@@ -57,10 +57,11 @@ def test_the_committed_matrix_loads_and_meets_the_profile_rules() -> None:
         assert set(default.opsets_of(exporter)) <= set(full_profile.opsets_of(exporter))
         assert max(full_profile.opsets_of(exporter)) == high
     assert m.profile("nightly").exports() == default.exports()
-    # default: the newest patch of every minor from 1.15 to the newest
+    # default: the newest patch of every minor from 1.10 to the newest (1.10 to 1.14 on the Python their wheels stop at)
     full = {version_tuple(rt.version)[:2]: rt.version for rt in default.runtimes}
     newest_patch: dict[tuple[int, ...], str] = {}
-    for v in runtimes.kind("onnxruntime").releases:
+    ort = runtimes.kind("onnxruntime")
+    for v in (*ort.older, *ort.releases):
         newest_patch[version_tuple(v)[:2]] = max(newest_patch.get(version_tuple(v)[:2], v), v, key=version_tuple)
     assert full == newest_patch
     assert set(m.profile("quick").runtimes) < set(default.runtimes)
@@ -69,6 +70,8 @@ def test_the_committed_matrix_loads_and_meets_the_profile_rules() -> None:
     # runtimes before 1.19 were built against numpy 1.x: the constraint must travel with them
     for rt in m.runtimes:
         assert ("numpy<2" in rt.constraints) == (version_tuple(rt.version) < (1, 19)), rt.pin
+        # a release with no wheel for the project's Python runs on the newest its wheels have; the others on ours
+        assert rt.python == (rt.kind.older[rt.version][1] if rt.version in rt.kind.older else ""), rt.pin
 
 
 def test_good_minimal_file(tmp_path: Path) -> None:
@@ -77,8 +80,32 @@ def test_good_minimal_file(tmp_path: Path) -> None:
     assert m.runtime("1.17.3").requirements == ("onnxruntime==1.17.3", "numpy<2")
 
 
+OLD_RUNTIME = '\n[[runtimes]]\npin = "onnxruntime==1.12.1"\nconstraints = ["numpy<2"]\n'
+
 BAD = [
     ("unknown-top-key", GOOD + "\n[colour]\nx = 1\n", r"matrix\.toml: colour: unknown key; allowed: .*"),
+    # a release built only for older Pythons: its entry names the one its wheels stop at
+    (
+        "old-release-without-python",
+        GOOD + OLD_RUNTIME,
+        r"runtimes\[2\]\.pin: onnxruntime==1\.12\.1 has no wheel for Python 3\.11 or newer \(its wheels stop at 3\.10\): "
+        r'add python = "3\.10"',
+    ),
+    (
+        "python-its-wheels-lack",
+        GOOD + OLD_RUNTIME + 'python = "3.11"\n',
+        r"runtimes\[2\]\.python: onnxruntime==1\.12\.1 has wheels for Python 3\.7 to 3\.10 only, not 3\.11",
+    ),
+    (
+        "python-older-than-the-run-stage",
+        GOOD + OLD_RUNTIME + 'python = "3.8"\n',
+        r"runtimes\[2\]\.python: the run stage runs on Python 3\.9 or newer, not 3\.8; name 3\.10 or newer",
+    ),
+    (
+        "python-not-a-minor",
+        GOOD + OLD_RUNTIME + 'python = "3.10.13"\n',
+        r"runtimes\[2\]\.python: must be a Python minor version such as \"3\.10\", got '3\.10\.13'",
+    ),
     (
         "unknown-key-typo",
         GOOD.replace("opsets = [17, 18]", "opset = [17, 18]"),
@@ -214,6 +241,13 @@ def test_bad_input_is_one_line_naming_key_and_fix(tmp_path: Path, text: str, pat
     assert "\n" not in message
     assert message.startswith("matrix.toml: ")
     assert re.search(pattern, message), message
+
+
+def test_an_older_release_names_its_python_and_its_environment_reads_toml_without_tomllib(tmp_path: Path) -> None:
+    rt = _load(tmp_path, GOOD + OLD_RUNTIME + 'python = "3.10"\n').runtime("1.12.1")
+    assert rt.python == "3.10" and rt.id == "ort-1.12.1"
+    assert rt.requirements == ("onnxruntime==1.12.1", "numpy<2", "tomli")
+    assert _load(tmp_path, GOOD).runtime("1.17.3").python == ""
 
 
 def test_missing_profile_lists_the_profiles(tmp_path: Path) -> None:

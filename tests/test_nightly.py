@@ -377,6 +377,7 @@ def test_jobs_cover_the_profile_once_each_on_the_right_runners(workflow: dict[st
             "runtime": rt.pin,
             "gpu": gpu,
             "runs-on": GPU_LABELS if gpu else CPU_LABELS,
+            "python": rt.python or "3.11",  # onnxruntime 1.10–1.14: the Python its wheels stop at, set up beside 3.11
         }
 
 

@@ -31,6 +31,17 @@ def test_every_kind_is_whole_and_told_apart() -> None:
     assert {k.package for k in runtimes.KINDS} == {rt.package for rt in MATRIX.runtimes}  # each kind is declared in matrix.toml
 
 
+def test_a_release_built_only_for_older_pythons_is_reproduced_on_the_python_its_wheels_stop_at() -> None:
+    ort = runtimes.kind("onnxruntime")
+    assert not set(ort.older) & set(ort.releases)  # older: no CPython 3.11 wheel; releases: one
+    for version, (low, high) in ort.older.items():
+        assert (3, 6) <= tuple(map(int, low.split("."))) <= tuple(map(int, high.split("."))) <= (3, 10), version
+    assert ort.pip("onnxruntime==1.12.1") == "python3.10 -m pip" and ort.pip("onnxruntime==1.17.3") == "pip"
+    install, command = ort.reproduce("onnxruntime==1.11.1", "cpu", ("numpy<2",), "results/x/")
+    assert install == ("onnxruntime==1.11.1", "numpy<2") and command == "python3.9 results/x/repro.py"
+    assert ort.reproduce("onnxruntime==1.17.3", "cpu", ("numpy<2",))[1] == "python repro.py"
+
+
 def test_columns_and_labels() -> None:
     assert runtimes.split_column("tensorrt-fp16") == ("tensorrt", "fp16") and runtimes.column("cuda") == "cuda"
     assert runtimes.kind("onnxruntime-gpu").columns() == ("cpu", "cuda", "tensorrt", "tensorrt-fp16")

@@ -27,8 +27,9 @@ from harness.core.errors import HarnessError
 BEGIN = "<!-- answer:begin -->"
 END = "<!-- answer:end -->"
 SECTION = "## Newest safe opset per runtime"
-RUNTIME = "onnxruntime==1.20.1"
-"""The runtime of the pasted ``harness recommend`` answer: one the README's prose explains."""
+RUNTIME = "onnxruntime==1.12.1"
+"""The runtime of the pasted ``harness recommend`` answer: the first seed's own example (its production server runs
+ONNX Runtime 1.12; the model is exported at opset 17)."""
 _PREFIX = "onnxruntime=="
 
 

@@ -17,10 +17,14 @@ import math
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.9, 3.10: the run environments of onnxruntime 1.10–1.14 install tomli, its origin
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from harness.config import runtimes
 from harness.config.runtimes import PRECISIONS, Kind, Provider
@@ -68,6 +72,9 @@ class Runtime:
     """The cuDNN major (``9``)."""
     tensorrt: str = ""
     """The TensorRT major the TensorRT execution provider (or the native backend) needs (``10``)."""
+    python: str = ""
+    """The Python its environment runs (``"3.10"``), for a release with no wheel for the project's; empty: the
+    project's own (the export's). Its interpreter is found by :func:`harness.config.pythons.find`."""
     gpu_requirements: tuple[str, ...] = ()
     """Installed beside it only on a machine with an NVIDIA driver: the CUDA, cuDNN and TensorRT
     libraries as wheels (``nvidia-cudnn-cu12``), or, for the native runtime, pycuda (which only
@@ -91,8 +98,10 @@ class Runtime:
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        """What its environment installs on any machine (:meth:`harness.config.runtimes.Kind.requirements`)."""
-        return self.kind.requirements(self.pin, self.constraints)
+        """What its environment installs on any machine (:meth:`harness.config.runtimes.Kind.requirements`), and
+        ``tomli`` on a Python older than 3.11 (the run stage reads matrix.toml with it: no ``tomllib`` there)."""
+        older = self.python and version_tuple(self.python) < (3, 11)
+        return (*self.kind.requirements(self.pin, self.constraints), *(("tomli",) if older else ()))
 
     @property
     def gpu_install(self) -> tuple[str, ...]:
@@ -470,7 +479,7 @@ def parse_runtime(file: str, where: str, pin: str, constraints: tuple[str, ...] 
             f"{file}: {where}: unknown runtime package {package!r}{_did_you_mean(package, known)}; use one of {', '.join(known)}"
         )
     releases = runtimes.kind(package).releases
-    if version not in releases:
+    if version not in releases and version not in runtimes.kind(package).older:
         if len(version_tuple(version)) < 3:
             patches = [v for v in releases if v.startswith(version + ".")]
             newest = patches[-1] if patches else releases[-1]
@@ -541,7 +550,7 @@ def parse_requirements(where: str, requirements: Sequence[str], *, pinned: Seque
 
 
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(abs(x - y) for x, y in zip(a, b, strict=False))
+    return tuple(abs(x - y) for x, y in zip(a, b))  # noqa: B905 (run closure: Python 3.9)
 
 
 def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
@@ -696,8 +705,9 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
     declared: list[Runtime] = []
     for i, raw in enumerate(raw_list):
         rr = _Reader(file, f"runtimes[{i}]", raw)
-        rr.only("pin", "constraints", "cuda", "cudnn", "tensorrt", "gpu_requirements")
+        rr.only("pin", "constraints", "python", "cuda", "cudnn", "tensorrt", "gpu_requirements")
         rt = parse_runtime(file, f"runtimes[{i}].pin", rr.get("pin", str))
+        rt = dataclasses.replace(rt, python=_python(rr, rt))
         where = f"{file}: runtimes[{i}]"
         constraints = rr.strings("constraints", [], nonempty=False)
         rt = dataclasses.replace(rt, constraints=parse_requirements(f"{where}.constraints", constraints, pinned=(rt.package,)))
@@ -718,6 +728,28 @@ def _runtimes(file: str, top: _Reader) -> tuple[Runtime, ...]:
             rr.fail(f"{rt.pin} is not a GPU runtime: gpu_requirements do not apply; remove the key", "gpu_requirements")
         declared.append(dataclasses.replace(rt, **majors, gpu_requirements=gpu_reqs))
     return tuple(declared)
+
+
+def _python(rr: _Reader, rt: Runtime) -> str:
+    """A runtime entry's ``python``: ``"3.10"``, one its release has wheels for and the run stage runs on; required
+    where the release has no wheel for the project's Python (:attr:`harness.config.runtimes.Kind.older`)."""
+    span = rt.kind.older.get(rt.version)
+    python = rr.get("python", str, "")
+    if not python:
+        if span:
+            rr.fail(
+                f'{rt.pin} has no wheel for Python 3.11 or newer (its wheels stop at {span[1]}): add python = "{span[1]}"',
+                "pin",
+            )
+        return ""
+    if not re.fullmatch(r"3\.\d+", python):
+        rr.fail(f'must be a Python minor version such as "3.10", got {python!r}', "python")
+    if version_tuple(python) < version_tuple(runtimes.RUN_PYTHON):
+        newest = span[1] if span else runtimes.RUN_PYTHON
+        rr.fail(f"the run stage runs on Python {runtimes.RUN_PYTHON} or newer, not {python}; name {newest} or newer", "python")
+    if span and not version_tuple(span[0]) <= version_tuple(python) <= version_tuple(span[1]):
+        rr.fail(f"{rt.pin} has wheels for Python {span[0]} to {span[1]} only, not {python}", "python")
+    return python
 
 
 def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, Runtime], root: Path) -> Profile:

@@ -82,8 +82,8 @@ class Kind:
     backend: str
     """``module:Class`` of the :class:`harness.run.backends.contract.Backend` that runs its cells."""
     releases: tuple[str, ...]
-    """Releases with a CPython 3.11 wheel (``pip index versions``); a pin outside them is refused with
-    the nearest. A newer release is added here, and to matrix.toml's runtimes, when it appears."""
+    """Releases with a CPython 3.11 wheel (``pip index versions``); a pin outside them (and outside :attr:`older`) is
+    refused with the nearest. A newer release is added here, and to matrix.toml's runtimes, when it appears."""
     version_key: str = "onnxruntime"
     """The environment fact (:meth:`Backend.environment`) that holds its version."""
     gpu: bool = False
@@ -96,6 +96,9 @@ class Kind:
     """It loads ONNX files with onnxruntime's loader: the run stage measures what it loads (:mod:`harness.store.frontier`)."""
     options_key: str = "options"
     """Which table of ``[providers.<name>]`` its columns take (``native`` for native TensorRT)."""
+    older: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    """Releases with no CPython 3.11 wheel → the oldest and newest Python their wheels are built for: a runtime entry
+    of one names the interpreter its environment runs (``python = "3.10"``, :data:`RUN_PYTHON` or newer)."""
     reproducer: str = "onnxruntime"
     """How a failing cell is reproduced: ``onnxruntime`` (``repro.py``, onnxruntime and numpy only) or
     ``polygraphy`` (``polygraphy run --trt``: onnxruntime cannot stand in for a native engine)."""
@@ -117,15 +120,25 @@ class Kind:
         own = (pin,) if self.bare else ()
         return (*own, *self.requirements(pin, constraints), *gpu_requirements)
 
+    def python(self, pin: str) -> str:
+        """The Python a release's wheels stop at, for one with none for the project's (``"3.10"``); else empty."""
+        return self.older.get(pin.partition("==")[2], ("", ""))[1]
+
+    def pip(self, pin: str) -> str:
+        """What installs a reproducer's requirements: ``pip``, or ``python3.10 -m pip`` for a release built only for
+        older Pythons (a ``pip install`` on the project's Python finds no wheel of it)."""
+        return f"python{self.python(pin)} -m pip" if self.python(pin) else "pip"
+
     def reproduce(self, pin: str, col: str, constraints: Sequence[str] = (), where: str = "") -> tuple[tuple[str, ...], str]:
-        """What a reproducer of a cell of column ``col`` installs, and the command that runs it (``where``
-        is the reproducer's folder, with its trailing slash)."""
+        """What a reproducer of a cell of column ``col`` installs (with :meth:`pip`), and the command that runs it
+        (``where`` is the reproducer's folder, with its trailing slash)."""
         if self.reproducer == "polygraphy":
             fp16 = " --fp16" if split_column(col)[1] == "fp16" else ""
             return (pin, "polygraphy"), f"polygraphy run {where}model.onnx --trt{fp16}"
         has_numpy = any(c.replace(" ", "").startswith("numpy") for c in constraints)
         flag = "" if col == "cpu" else f" --provider {col}"
-        return (pin, *constraints, *(() if has_numpy else ("numpy",))), f"python {where}repro.py{flag}"
+        python = f"python{self.python(pin)}"
+        return (pin, *constraints, *(() if has_numpy else ("numpy",))), f"{python} {where}repro.py{flag}"
 
 
 _ORT = tuple(
@@ -139,6 +152,22 @@ _ORT_GPU = tuple(
     "1.20.2 1.21.0 1.21.1 1.22.0 1.23.0 1.23.2 1.24.1 1.24.4 1.25.0 1.25.1 1.26.0 "
     "1.27.0 1.28.0 1.29.0 1.30.0 1.31.0 1.31.1".split()
 )
+# Releases built only for older Pythons (PyPI's simple index, manylinux x86-64 wheels, 2026-12-06): the oldest and the
+# newest CPython of their wheels. Each minor's newest patch is in matrix.toml, on that newest Python.
+_ORT_OLDER = {
+    "1.10.0": ("3.6", "3.9"),
+    "1.11.0": ("3.7", "3.9"),
+    "1.11.1": ("3.7", "3.9"),
+    "1.12.0": ("3.7", "3.10"),
+    "1.12.1": ("3.7", "3.10"),
+    "1.13.1": ("3.7", "3.10"),
+    "1.14.0": ("3.7", "3.10"),
+    "1.14.1": ("3.7", "3.10"),
+}
+RUN_PYTHON = "3.9"
+"""The oldest Python the run stage runs on (its code, :func:`harness.store.code.run_files`; tests/test_old_python.py
+compiles and imports it there). The export and report stages run on the project's Python (3.11)."""
+
 # onnxruntime built with OpenVINO (its libraries inside the wheel), pip index versions, 2026-12-02.
 _ORT_OPENVINO = tuple("1.17.1 1.18.0 1.19.0 1.20.0 1.21.0 1.22.0 1.23.0 1.24.1".split())
 # NVIDIA's meta-package (it pulls tensorrt-cu12 or -cu13: bindings and libraries).
@@ -199,7 +228,7 @@ PROVIDERS: tuple[Provider, ...] = (
 _ONNXRUNTIME = "harness.run.backends.onnxruntime:OnnxRuntime"
 
 KINDS: tuple[Kind, ...] = (
-    Kind("onnxruntime", "ort", "", ("cpu",), _ONNXRUNTIME, _ORT),
+    Kind("onnxruntime", "ort", "", ("cpu",), _ONNXRUNTIME, _ORT, older=_ORT_OLDER),
     Kind("onnxruntime-gpu", "ortgpu", "gpu-", ("cpu", "cuda", "tensorrt"), _ONNXRUNTIME, _ORT_GPU, gpu=True),
     Kind("onnxruntime-openvino", "ortov", "ov-", ("cpu", "openvino"), _ONNXRUNTIME, _ORT_OPENVINO),
     Kind(

@@ -18,11 +18,23 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.9, 3.10 (the run environments of onnxruntime 1.10–1.14): the same str() and format()
+
+    class StrEnum(str, enum.Enum):  # type: ignore[no-redef]  # noqa: UP042
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
+
+
 ANY = "*"
 """Case, exporter and probe of a runtime-wide record (:attr:`CellRecord.runtime_wide`)."""
 
 
-class Status(enum.StrEnum):
+class Status(StrEnum):
     """What happened to a cell. The README's legend explains each one."""
 
     PASS = "pass"
@@ -78,7 +90,7 @@ _SEVERITY = {
 }
 
 
-class Stage(enum.StrEnum):
+class Stage(StrEnum):
     """The furthest stage a cell reached."""
 
     ENV = "env"

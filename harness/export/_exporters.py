@@ -32,6 +32,7 @@ from typing import Any
 
 from harness.cases import corpus as corpus_mod
 from harness.core.records import ArtifactKey, ExportRecord, Outcome, first_line
+from harness.export._reuse import LOGGERS
 from harness.store import cache, layout
 from harness.store.layout import DATA
 
@@ -270,7 +271,7 @@ def _capture() -> Iterator[list[dict[str, str]]]:
                 caught.append({"category": f"log:{rec.name}", "message": message})
 
     handler = Handler()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    loggers = [logging.getLogger(n) for n in LOGGERS]
     for lg in loggers:
         lg.addHandler(handler)
     sink = io.StringIO()

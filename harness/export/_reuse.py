@@ -41,8 +41,8 @@ from typing import Any
 PROVEN = ("2.13.",)
 """torch releases (prefixes of ``torch.__version__``) whose files were compared byte for byte with plain calls."""
 
-_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
-"""The loggers whose records an export's record keeps (:func:`harness.export._exporters._capture` reads the same)."""
+LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
+"""The loggers whose records an export's record keeps (:func:`harness.export._exporters._capture` reads these)."""
 
 
 def unavailable() -> str | None:
@@ -66,23 +66,18 @@ def unavailable() -> str | None:
 
 
 @dataclasses.dataclass
-class Reuse:
-    """What a task's exports shared: calls answered from a first one."""
-
-    captures: int = 0
-    decompositions: int = 0
-
-
-@dataclasses.dataclass
 class _Emitted:
     """The warnings and log records one call emitted, to emit again when its result is reused."""
 
     warnings: list[warnings.WarningMessage]
     records: list[logging.LogRecord]
 
-    def again(self) -> None:
+    def warn_again(self) -> None:
         for w in self.warnings:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+    def again(self) -> None:
+        self.warn_again()
         for rec in self.records:
             logging.getLogger(rec.name).handle(rec)
 
@@ -97,7 +92,7 @@ def _recorded() -> Iterator[_Emitted]:
             emitted.records.append(record)
 
     handler = Keep(level=logging.NOTSET)
-    loggers = [logging.getLogger(n) for n in _LOGGERS]
+    loggers = [logging.getLogger(n) for n in LOGGERS]
     for lg in loggers:
         lg.addHandler(handler)
     try:
@@ -110,8 +105,7 @@ def _recorded() -> Iterator[_Emitted]:
     finally:
         for lg in loggers:
             lg.removeHandler(handler)
-    for w in emitted.warnings:  # into the caller's own record of warnings, as if never intercepted
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    emitted.warn_again()  # into the caller's own record of warnings, as if never intercepted
 
 
 def _args_key(model: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> tuple[Any, ...]:
@@ -122,23 +116,21 @@ def _args_key(model: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> tuple[
 
 
 @contextlib.contextmanager
-def reuse() -> Iterator[Reuse]:
+def reuse() -> Iterator[None]:
     """Within the block, dynamo exports of one model share their capture and their decompositions (see the module's
-    docstring); the counts of what was reused. Everything patched is put back at the end."""
+    docstring). Everything patched is put back at the end."""
     from torch.onnx._internal.exporter import _capture_strategies, _core, _decomp
 
     strategy = _capture_strategies.CaptureStrategy
     call, prepare = strategy.__call__, _core._prepare_exported_program_for_export
     captured: dict[tuple[Any, ...], tuple[Any, _Emitted, tuple[Any, ...]]] = {}
     decomposed: dict[tuple[int, frozenset[Any]], tuple[Any, BaseException | None, _Emitted, Any]] = {}
-    done = Reuse()
 
     def capture(self: Any, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any = None) -> Any:
         key = (type(self), *_args_key(model, args, kwargs, dynamic_shapes))
         if key in captured:
             result, emitted, _ = captured[key]
             emitted.again()
-            done.captures += 1
             return result
         with _recorded() as emitted:
             result = call(self, model, args, kwargs, dynamic_shapes)
@@ -150,7 +142,6 @@ def reuse() -> Iterator[Reuse]:
         if key in decomposed:
             program, error, emitted, _ = decomposed[key]
             emitted.again()
-            done.decompositions += 1
             if error is not None:
                 raise error
             return program
@@ -168,7 +159,7 @@ def reuse() -> Iterator[Reuse]:
     strategy.__call__ = capture  # type: ignore[method-assign]
     _core._prepare_exported_program_for_export = decompose
     try:
-        yield done
+        yield
     finally:
         strategy.__call__ = call  # type: ignore[method-assign]
         _core._prepare_exported_program_for_export = prepare

@@ -74,7 +74,7 @@ def run_values(session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
     """
     names = [o.name for o in session.get_outputs() if o.type in _ORT_NUMPY_TYPES]
     outs = session.run(names, dict(feeds))
-    return {n: np.asarray(v) for n, v in zip(names, outs, strict=True) if isinstance(v, np.ndarray)}
+    return {n: np.asarray(v) for n, v in zip(names, outs) if isinstance(v, np.ndarray)}  # noqa: B905 (one per name asked)
 
 
 def save_intermediates(path: str | Path, values: Mapping[str, Mapping[str, np.ndarray]]) -> None:
@@ -249,7 +249,7 @@ def first_output_mismatch(
     if len(got) != len(want):
         return f"the graph has {len(got)} outputs, torch {len(want)}"
     producers = {o: f"{n['name']} ({n['op']})" for n in nodes for o in n["outputs"]}
-    for i, (name, out, ref) in enumerate(zip(names, got, want, strict=False)):
+    for i, (name, out, ref) in enumerate(zip(names, got, want)):  # noqa: B905 (run closure: Python 3.9)
         a, r, q = tolerance_of(i, atol, rtol, scaled, outputs)
         ok, detail = _compare_one(ref, out, atol=a, rtol=r, scaled=q)
         if not ok:

@@ -26,7 +26,7 @@ from harness.core import schema
 from harness.core.errors import PROBE_FILE_ERROR
 from harness.core.records import CellRecord, ExportRecord, Outcome, Rewrite, Status
 from harness.publish import claims
-from harness.store import layout
+from harness.store import frontier, layout
 
 _CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")  # as harness.cases.corpus registers a case
 
@@ -502,7 +502,8 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
         f"Measured, not declared: one `Add` node at every IR version {first['irs'][0]}–{first['irs'][-1]} × opset "
         f"{first['opsets'][0]}–{first['opsets'][-1]} (all that onnx {first['onnx']} writes), loaded and run once on "
         "each runtime's CPU provider. The refusal is the runtime's own first words past its frontier (shortened; "
-        "`frontier.json` holds them whole)." + (f" Here {said}." if said else ""),
+        "`frontier.json` holds them whole), and when it came: at load (creating the session refused the file, before "
+        "any node ran) or at run (it loaded, then its node failed)." + (f" Here {said}." if said else ""),
         "",
     ]
     table = []
@@ -514,11 +515,13 @@ def _frontier_lines(loads: Mapping[str, Mapping[str, Any]], runtimes: Sequence[s
                 pin,
                 result.get("max_ir") if result.get("max_ir") is not None else "none",
                 result.get("max_opset") if result.get("max_opset") is not None else "none",
+                frontier.refused_at(result),
                 _md_escape("; ".join(f"{_at(r)}{_ends(r['text'], 120)}" for r in reasons[:2]))
                 or f"none: loads every model onnx {result.get('onnx', '?')} writes",
             ]
         )
-    lines += [tabulate(table, headers=["runtime", "highest IR", "highest opset", "refusal past it"], tablefmt="github"), ""]
+    headers = ["runtime", "highest IR", "highest opset", "refused", "refusal past it"]
+    lines += [tabulate(table, headers=headers, tablefmt="github"), ""]
     return lines
 
 

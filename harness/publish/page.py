@@ -96,8 +96,9 @@ def _loads(result: Mapping[str, Any] | None) -> dict[str, str]:
 def _reproducer(pin: str, column: str, constraints: Sequence[str]) -> dict[str, str]:
     """What a column's reproducer installs and the command after ``pip install`` (``{repro}``: its folder), as the
     runtime's kind reproduces a cell (:meth:`harness.config.runtimes.Kind.reproduce`)."""
-    install, command = runtimes.kind(runtimes.package_of(pin)).reproduce(pin, column, constraints, "results/{repro}/")
-    return {"install": " ".join(f'"{req}"' for req in install), "reproduce": command}
+    kind = runtimes.kind(runtimes.package_of(pin))
+    install, command = kind.reproduce(pin, column, constraints, "results/{repro}/")
+    return {"pip": kind.pip(pin), "install": " ".join(f'"{req}"' for req in install), "reproduce": command}
 
 
 def data(

@@ -53,9 +53,12 @@ def run_runtime(
     *,
     force: bool = False,
     latency: bool = True,
+    unmeasured: str = "",
     echo: Callable[[str], Any] = print,
 ) -> list[CellRecord]:
-    """Run every artifact of the last export on ``runtime`` for each column; return the shards' cells.
+    """Run every artifact of the last export on ``runtime`` for each column; return the shards' cells. ``unmeasured``:
+    why this runtime cannot run here at all (the Python it runs on is missing): each column is one runtime-wide
+    ``env-error`` record saying so, and its frontier is recorded as not measured, for that reason.
 
     Raises:
         HarnessError: an artifact's files changed since the export wrote them (after every other cell ran).
@@ -63,7 +66,10 @@ def run_runtime(
     artifacts = layout.load_artifacts(out)
     (out / layout.SHARDS).mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    env, import_error, cpu_problem = envprobe.environment(out, force, runtime.kind.backend)
+    if unmeasured:
+        env, import_error, cpu_problem = None, unmeasured, None
+    else:
+        env, import_error, cpu_problem = envprobe.environment(out, force, runtime.kind.backend)
     if env is not None and (wrong := envprobe.wrong_environment(env, runtime)):
         import_error, env = wrong, None
     damaged = layout.damaged(out, artifacts) if env is not None else {}
@@ -78,7 +84,7 @@ def run_runtime(
         assert env is not None
         run = _Column(matrix, runtime, column, out, artifacts, env, damaged, echo)
         all_cells.extend(run.go(force=force, latency=latency))
-    frontier.measure_if_stale(out, runtime, force=force, echo=echo)
+    frontier.measure_if_stale(out, runtime, force=force, unmeasured=unmeasured, echo=echo)
     if damaged:
         art_id, why = next(iter(damaged.items()))
         raise HarnessError(

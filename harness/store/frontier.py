@@ -35,6 +35,8 @@ INDEX = "index.json"
 PUBLISHED = "frontier.json"  # beside matrix.jsonl: {pin: result}
 FIRST_IR = 3  # the oldest IR version onnxruntime 1.15 reads; opset_import needs IR 3
 FIRST_OPSET = 7  # Add's schema 7: broadcasting; no runtime of the matrix refuses it
+LOAD, RUN = "load", "run"
+"""When a frontier model was refused: creating its session, or running its one node once it loaded."""
 
 
 def _code() -> str:
@@ -135,18 +137,22 @@ def measure(out: Path, runtime_pin: str) -> dict[str, Any]:
     options.log_severity_level = 3
     feed = {"x": np.ones(2, dtype=np.float32)}
     loads: dict[tuple[int, int], bool] = {}
-    refusals: dict[tuple[int, int], str] = {}
+    refusals: dict[tuple[int, int], tuple[str, str]] = {}
     for name in sorted(index["files"], key=_cell):
         cell = _cell(name)
+        loads[cell] = False
         try:
             session = ort.InferenceSession(str(folder / name), options, providers=["CPUExecutionProvider"])
-            ok = bool(np.array_equal(session.run(None, feed)[0], feed["x"] * 2))
-            loads[cell] = ok
-            if not ok:
-                refusals[cell] = "loaded, but computed a wrong x + x"
         except Exception as exc:
-            loads[cell] = False
-            refusals[cell] = error_line(str(exc))
+            refusals[cell] = (LOAD, error_line(str(exc)))
+            continue
+        try:
+            loads[cell] = bool(np.array_equal(session.run(None, feed)[0], feed["x"] * 2))
+        except Exception as exc:  # loaded, then failed at its first (and only) node
+            refusals[cell] = (RUN, error_line(str(exc)))
+            continue
+        if not loads[cell]:
+            refusals[cell] = (RUN, "loaded, but computed a wrong x + x")
     loaded = [c for c, ok in loads.items() if ok]
     return _record(out, runtime_pin, ort.__version__, index) | {
         "max_ir": max((ir for ir, _ in loaded), default=None),
@@ -171,14 +177,28 @@ def _record(out: Path, runtime_pin: str, version: str | None, index: Mapping[str
     }
 
 
-def _reasons(refusals: Mapping[tuple[int, int], str]) -> list[dict[str, Any]]:
-    """Each distinct refusal (numbers and paths folded) once, with the first model it was given for."""
-    seen: dict[str, dict[str, Any]] = {}
-    for (ir, op), text in sorted(refusals.items()):
-        shape = re.sub(r"\d+", "N", re.sub(r"\S+\.onnx", "MODEL", text))
+def _reasons(refusals: Mapping[tuple[int, int], tuple[str, str]]) -> list[dict[str, Any]]:
+    """Each distinct refusal (numbers and paths folded) once, with the first model it was given for and when it came:
+    ``load`` (creating the session refused the file) or ``run`` (it loaded, then its node failed or computed wrong)."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for (ir, op), (at, text) in sorted(refusals.items()):
+        shape = (at, re.sub(r"\d+", "N", re.sub(r"\S+\.onnx", "MODEL", text)))
         if shape not in seen:
-            seen[shape] = {"ir": ir, "opset": op, "text": re.sub(r"\S*ir\d+\.op\d+\.onnx", "model.onnx", text)}
+            seen[shape] = {"ir": ir, "opset": op, "at": at, "text": re.sub(r"\S*ir\d+\.op\d+\.onnx", "model.onnx", text)}
     return list(seen.values())
+
+
+def refused_at(result: Mapping[str, Any]) -> str:
+    """When this runtime refuses what is past its frontier: ``at load`` (creating the session refuses the file: nothing
+    runs), ``at run`` (it loads, then the node fails: the first run fails), or both; empty where it refused nothing."""
+    stages = {r.get("at") for r in result.get("reasons") or () if r.get("ir") is not None}
+    if not stages:
+        return ""
+    if stages == {LOAD}:
+        return "at load"
+    if stages == {RUN}:
+        return "at run"
+    return "at load and at run"
 
 
 def failed(out: Path, runtime_pin: str, why: str) -> dict[str, Any]:
@@ -192,17 +212,23 @@ def failed(out: Path, runtime_pin: str, why: str) -> dict[str, Any]:
     }
 
 
-def measure_if_stale(out: Path, runtime: Runtime, *, force: bool = False, echo: Callable[[str], Any] = print) -> None:
+def measure_if_stale(
+    out: Path, runtime: Runtime, *, force: bool = False, unmeasured: str = "", echo: Callable[[str], Any] = print
+) -> None:
     """The run stage's last step: what this runtime loads, unless measured on the current models already.
-    An environment that cannot measure (its onnxruntime does not import) is recorded as such."""
+    An environment that cannot measure (its onnxruntime does not import; ``unmeasured``: there is none, and why) is
+    recorded as such."""
     if not runtime.kind.frontier or index_digest(out) is None:
         return
-    if not force and why_stale(out, runtime.id) is None:
+    if not force and not unmeasured and why_stale(out, runtime.id) is None:
         return
-    try:
-        result = measure(out, runtime.pin)
-    except Exception as exc:  # the refusal of a broken environment is a fact, as its cells' env-error is
-        result = failed(out, runtime.pin, f"{type(exc).__name__}: {first_line(str(exc))}")
+    if unmeasured:
+        result = failed(out, runtime.pin, unmeasured)
+    else:
+        try:
+            result = measure(out, runtime.pin)
+        except Exception as exc:  # the refusal of a broken environment is a fact, as its cells' env-error is
+            result = failed(out, runtime.pin, f"{type(exc).__name__}: {first_line(str(exc))}")
     cache.write_json(result_path(out, runtime.id), result)
     echo(f"{runtime.pin}: {describe(result)} (frontier: {len(result['refused'])} of the models refused)")
 

@@ -29,10 +29,12 @@ Standard library only (numpy arrays pass through, never imported here): the noxf
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
 import os
+import sys
 import time
 import types
 import typing
@@ -125,15 +127,43 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 def _hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
+        try:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except TypeError:  # Python 3.9 (the run stage of onnxruntime 1.10, 1.11): ``X | None`` evaluates from 3.10 on
+            _HINTS[cls] = _hints_spelled_out(cls)
     return _HINTS[cls]
+
+
+class _Unions(ast.NodeTransformer):
+    """``A | B`` → ``_Union[A, B]``, which Python 3.9 evaluates."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.BitOr):
+            return node
+        pair = ast.Tuple([node.left, node.right], ast.Load())
+        return ast.Subscript(value=ast.Name("_Union", ast.Load()), slice=pair, ctx=ast.Load())
+
+
+def _hints_spelled_out(cls: type) -> dict[str, Any]:
+    """What :func:`typing.get_type_hints` gives on 3.10 and newer, from annotations written ``X | None``."""
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        scope = {**vars(sys.modules[klass.__module__]), "_Union": typing.Union}
+        for name, text in vars(klass).get("__annotations__", {}).items():
+            if not isinstance(text, str):  # evaluated already (a module without postponed annotations)
+                hints[name] = text
+                continue
+            tree = ast.fix_missing_locations(_Unions().visit(ast.parse(text, mode="eval")))
+            hints[name] = eval(compile(tree, f"<{klass.__name__}.{name}>", "eval"), scope)  # the class's own annotations
+    return hints
 
 
 def _is(value: object, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
-    if origin in (typing.Union, types.UnionType):
+    if origin in (typing.Union, getattr(types, "UnionType", typing.Union)):  # types.UnionType: Python 3.10 and newer
         return any(_is(value, a) for a in args)
     if hint is type(None):
         return value is None
@@ -146,7 +176,7 @@ def _is(value: object, hint: Any) -> bool:
     if origin is list:
         return isinstance(value, list) and all(_is(v, args[0]) for v in value)
     if origin is tuple:
-        return isinstance(value, tuple) and len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args, strict=True))
+        return isinstance(value, tuple) and len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args))  # noqa: B905 (as long: checked first)
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 

@@ -32,6 +32,9 @@ from harness.store import cache, frontier, layout
 CPU_RUNNER = ["ubuntu-24.04"]
 GPU_RUNNER = ["self-hosted", "linux", "x64", "gpu"]
 """The labels a GPU run job asks for: a self-hosted runner registered with the ``gpu`` label."""
+PYTHON = "3.11"
+"""The project's Python: every job's, and a run job's unless its runtime names an older one (``python`` in matrix.toml),
+which that job's setup installs beside it."""
 
 
 def jobs(sessions_file: Path, profile: Profile) -> dict[str, list[dict[str, Any]]]:
@@ -57,9 +60,9 @@ def jobs(sessions_file: Path, profile: Profile) -> dict[str, list[dict[str, Any]
                 f"{sessions_file}: no nox session runs {rt.pin} (expected run({rt.id})); "
                 "list the sessions with `nox -l --json -t run` from the same checkout as matrix.toml"
             )
-        include.append(
-            {"session": session, "id": rt.id, "runtime": rt.pin, "gpu": rt.gpu, "runs-on": GPU_RUNNER if rt.gpu else CPU_RUNNER}
-        )
+        runs_on = GPU_RUNNER if rt.gpu else CPU_RUNNER
+        python = rt.python or PYTHON  # the job installs it beside the project's (matrix.toml's `python`)
+        include.append({"session": session, "id": rt.id, "runtime": rt.pin, "gpu": rt.gpu, "runs-on": runs_on, "python": python})
     return {"include": include}
 
 

@@ -146,7 +146,7 @@ def _steps(cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]]) 
     provider = sorted({c.provider for c in cells if c.runtime == pin})[0]
     kind = runtimes.kind(runtimes.package_of(pin))
     install, command = kind.reproduce(pin, provider, constraints.get(pin, ()))
-    return [f"pip install {' '.join(repr(r).replace(chr(39), chr(34)) for r in install)}", command]
+    return [f"{kind.pip(pin)} install {' '.join(repr(r).replace(chr(39), chr(34)) for r in install)}", command]
 
 
 def _got(cells: list[CellRecord]) -> list[str]:

@@ -123,7 +123,7 @@ def _commands(cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]
         kind, given = runtimes.kind(runtimes.package_of(pin)), constraints.get(pin, ())
         columns = sorted(providers_of[pin])
         install = " ".join(f'"{r}"' for r in kind.reproduce(pin, columns[0], given)[0])
-        lines.append(f"    pip install {_flat(install)}")
+        lines.append(f"    {kind.pip(pin)} install {_flat(install)}")
         for column in columns:
             lines.append(f"    {kind.reproduce(pin, column, given)[1]}{_trt_shapes(cells, pin, column)}")
     return lines

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Union
 
 from harness.core.records import CellRecord, Latency
 
@@ -91,7 +91,8 @@ class Timing:
     localize: float
 
 
-Event = Loaded | Cell | Localizing | Retry | Timing
+# typing.Union, not ``|``: an alias is evaluated at import, and ``type | type`` is Python 3.10's (the run stage runs on 3.9).
+Event = Union[Loaded, Cell, Localizing, Retry, Timing]  # noqa: UP007
 
 
 

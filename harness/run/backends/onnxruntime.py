@@ -268,10 +268,26 @@ def _gpu_libraries() -> dict[str, str]:
 def _package() -> str:
     """Which distribution installed the module ``onnxruntime`` here (``onnxruntime-gpu``); several joined by
     ``+`` (two packages writing one module: an environment to make again)."""
-    from importlib.metadata import packages_distributions
-
-    names = sorted({re.sub(r"[-_.]+", "-", d).lower() for d in packages_distributions().get("onnxruntime", [])})
+    names = sorted({re.sub(r"[-_.]+", "-", d).lower() for d in _distributions_of("onnxruntime")})
     return "+".join(names) or "onnxruntime"
+
+
+def _distributions_of(module: str) -> list[str]:
+    """The distributions that install top-level ``module``: :func:`importlib.metadata.packages_distributions`, which
+    Python 3.9 lacks (the environments of onnxruntime 1.10, 1.11); there, read as it reads them."""
+    try:
+        from importlib.metadata import packages_distributions
+    except ImportError:
+        from importlib.metadata import distributions
+
+        found = []
+        for dist in distributions():
+            top = (dist.read_text("top_level.txt") or "").split()
+            top = top or [f.parts[0] if len(f.parts) > 1 else f.stem for f in dist.files or () if f.suffix == ".py"]
+            if module in top:
+                found.append(dist.metadata["Name"])
+        return found
+    return list(packages_distributions().get(module, []))
 
 
 def engine_folder(path: Path, options: Mapping[str, Any] | None, kind: str) -> str:
