@@ -355,9 +355,14 @@ def run(session: nox.Session, runtime: str) -> None:
     command: tuple[str, ...] = ("harness", "run")
     env: dict[str, str] = {}
     extra: list[str] = []
-    if rt.python and _interpreter(rt) is None:  # its columns say why, as `env-error`; the other runtimes go on
+    missing = bool(rt.python) and _interpreter(rt) is None
+    if missing:  # its columns say why, as `env-error`; the other runtimes go on
         why = pythons.missing(rt.pin, rt.python)
         session.log(why)
+        # Whatever Python this environment has (nox's own, or the runtime's from a run that found it): numpy, the run
+        # stage's one import beyond the standard library, and the harness from the source tree; nothing of the runtime.
+        session.install("numpy")
+        command, env = ("python", "-m", "harness", "run"), {"PYTHONPATH": str(ROOT)}
         extra = ["--unmeasured", why]
     elif rt.python:  # an older Python than the project's (which requires 3.11): the harness from its source tree,
         # not installed; the run stage's own code runs there (RUN_PYTHON and newer, tests/test_old_python.py)
@@ -385,6 +390,11 @@ def run(session: nox.Session, runtime: str) -> None:
             session.run(*command, *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
     if not releases:
         session.run(*command, *_common(ns), "--runtime", rt.pin, *extra, env=env)
+    location = Path(getattr(session.virtualenv, "location", "") or "")
+    if missing and location.name.startswith("run") and location.is_dir():
+        # nox reuses an environment whatever Python made it: made again, on the runtime's, once that one is found
+        shutil.rmtree(location, ignore_errors=True)
+        session.log(f"{rt.pin}: removed {location}, made without Python {rt.python}")
 
 
 def _gpu_library_path(session: nox.Session) -> str:

@@ -19,17 +19,18 @@ from pathlib import Path
 
 
 def _answers(executable: str, version: str) -> bool:
-    """Whether ``executable`` runs and is Python ``version`` (a shim that answers for another, or none, is not)."""
+    """Whether ``executable`` runs and is CPython ``version`` (a shim that answers for another, or none, is not; nor is
+    another implementation: the wheels are CPython's)."""
     try:
         said = subprocess.run(
-            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            [executable, "-c", "import sys; print('%s %d.%d' % ((sys.implementation.name,) + sys.version_info[:2]))"],
             capture_output=True,
             text=True,
             timeout=30,
         )
     except (OSError, subprocess.SubprocessError):
         return False
-    return said.returncode == 0 and said.stdout.strip() == version
+    return said.returncode == 0 and said.stdout.strip() == f"cpython {version}"  # the wheels are CPython's
 
 
 def _on_path(version: str) -> str | None:
@@ -92,6 +93,6 @@ def missing(pin: str, version: str) -> str:
     """One line: the runtime's interpreter is not here, what to install, and what that costs the table."""
     return (
         f"{pin} runs on Python {version} (its wheels stop there) and no Python {version} was found "
-        f"(PATH, uv python find, pyenv): install one (`uv python install {version}` or `pyenv install {version}`); "
+        f"(pyenv, PATH, uv python find): install one (`uv python install {version}` or `pyenv install {version}`); "
         "its column is not measured"
     )
