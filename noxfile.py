@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from harness.answer import published  # noqa: E402
 from harness.cases import corpus  # noqa: E402
 from harness.cli import check_options, matrix_options  # noqa: E402
-from harness.config import pythons  # noqa: E402
+from harness.config import launchers, platforms, pythons  # noqa: E402
 from harness.config.matrix import Runtime, load, version_tuple  # noqa: E402
 from harness.core.errors import HarnessError  # noqa: E402
 from harness.run.backends.gpu import nvidia_driver_problem  # noqa: E402
@@ -79,6 +79,8 @@ def _options(posargs: list[str]) -> argparse.Namespace:
         check_options(ns, ROOT)  # an empty --cases, an --out that is the project itself: one line before anything runs
         MATRIX.profile(ns.profile)
         ns.requirements = corpus.requirements_of(MATRIX, ns.with_, _corpus(ns), ROOT)
+        if ns.cases is None and MATRIX.profile(ns.profile).cases:  # the profile's own selection, unless --cases
+            ns.cases = ",".join(MATRIX.profile(ns.profile).cases)
         if ns.results is None:  # the default profile is the published table; the others stay in the build folder
             ns.results = str(MATRIX.profile(ns.profile).results(ns.out))
         published.kept(ROOT / ns.results)  # a folder that is no results folder: refused before a lock is put in it
@@ -389,12 +391,61 @@ def run(session: nox.Session, runtime: str) -> None:
         elif ns.force or _plan(ns, release).runs[rt.id] is not None:
             session.run(*command, *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
     if not releases:
-        session.run(*command, *_common(ns), "--runtime", rt.pin, *extra, env=env)
+        _run_platforms(session, ns, rt, command, extra, env, unmeasured=missing)
     location = Path(getattr(session.virtualenv, "location", "") or "")
     if missing and location.name.startswith("run") and location.is_dir():
         # nox reuses an environment whatever Python made it: made again, on the runtime's, once that one is found
         shutil.rmtree(location, ignore_errors=True)
         session.log(f"{rt.pin}: removed {location}, made without Python {rt.python}")
+
+
+def _run_platforms(
+    session: nox.Session,
+    ns: argparse.Namespace,
+    rt: Runtime,
+    command: tuple[str, ...],
+    extra: list[str],
+    env: dict[str, str],
+    *,
+    unmeasured: bool,
+) -> None:
+    """The run stage of one runtime: its plain columns and the platform columns this machine is, in one process; each
+    other platform (``cpu@x86-64-v3``, ``cpu@aarch64``) in a process of its own started through the platform's launcher
+    (harness/config/launchers.py: qemu-user, and for another machine an arm64 userland with PyPI's wheels), or, where
+    this machine cannot run it, recorded as not measured with the one line that says why."""
+    columns = MATRIX.profile(ns.profile).columns(rt)
+    if ns.platform:  # --platform: this machine's share of the platforms (the nightly's arm64 runner, its x86 one)
+        columns = tuple(c for c in columns if not platforms.of(c) or platforms.of(c) in ns.platform)
+    machine, flags = launchers.host()
+    emulated = [c for c in columns if platforms.of(c) and not platforms.native(platforms.of(c), machine, flags)]
+    here = [c for c in columns if c not in emulated]
+    chosen = [a for c in here for a in ("--provider", c)] if emulated or ns.platform else []
+    if here:
+        session.run(*command, *_common(ns), "--runtime", rt.pin, *chosen, *extra, env=env)
+    for col in emulated:
+        name = platforms.of(col)
+        why = None if unmeasured else launchers.problem(name)
+        if unmeasured or why is not None:
+            extra_why = extra if unmeasured else [*extra, "--unavailable", f"{name}: {why}"]
+            session.log(f"{rt.pin} {col}: not measured: {why or 'its Python is missing'}")
+            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra_why, env=env)
+            continue
+        location = Path(getattr(session.virtualenv, "location", "") or ".")
+        folder = ROOT / ns.out / "platforms" / rt.id / name
+        userland = ROOT / ns.out / "platforms" / f"userland-{platforms.get(name).machine}"
+        try:
+            launch = launchers.prepare(
+                name, rt.requirements, str(location / "bin" / "python"), folder, source=ROOT, userland=userland, echo=session.log
+            )
+        except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:  # its column says so; the others go on
+            why = f"{name}: its launcher could not be built ({type(exc).__name__}: {exc}); see the log above"
+            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, "--unavailable", why, env=env)
+            continue
+        assert launch.path is not None
+        session.log(f"{rt.pin} {col}: {launch.how}")
+        harness_run = (str(launch.path), "-m", "harness", "run")
+        session.run(*harness_run, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, "--launcher", str(launch.path),
+                    env=env, external=True)
 
 
 def _gpu_library_path(session: nox.Session) -> str:

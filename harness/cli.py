@@ -104,6 +104,14 @@ def matrix_options() -> argparse.ArgumentParser:
         action="store_true",
         help="keep each torch release's export environment after its export (default: removed, one extra torch at a time)",
     )
+    ap.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only these platform columns of the profile (repeatable; the nightly runs aarch64 on its arm64 runner, "
+        "the x86-64 levels on an x86 one); default: every platform it lists",
+    )
     return ap
 
 
@@ -189,6 +197,20 @@ def parser() -> argparse.ArgumentParser:
         help="this runtime cannot run here (its Python is missing: the noxfile says so): record each column as not "
         "measured, with WHY, and nothing else",
     )
+    p.add_argument(
+        "--unavailable",
+        default="",
+        metavar="WHY",
+        help="the platform columns asked (--provider cpu@...) cannot run on this machine: record each as unavailable, "
+        "with WHY (the runtime itself runs: its frontier is measured)",
+    )
+    p.add_argument(
+        "--launcher",
+        default="",
+        metavar="PATH",
+        help="this process runs under a platform's launcher (harness/config/launchers.py; the noxfile starts it so): "
+        "start every worker and probe through it too",
+    )
 
     p = sub.add_parser(
         "jobs",
@@ -236,6 +258,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"a measured runtime: {', '.join(RUNTIME_EXAMPLES)}; a minor alone (1.20) is its newest patch measured",
     )
     p.add_argument("--provider", default="cpu", help=f"the column: {', '.join(_all_columns())} (default: cpu)")
+    p.add_argument(
+        "--platform",
+        default="",
+        help="the CPU the model ships to: x86-64-v4 (AVX-512), x86-64-v3 (AVX2), x86-64-v2 (SSE4.2), aarch64; answered "
+        "from the column that measured it (results/hardware/); default: the table's own machine",
+    )
     p.add_argument(
         "--exporter",
         default=None,
@@ -407,6 +435,12 @@ def check_options(args: argparse.Namespace, root: Path | None = None) -> None:
 
     if getattr(args, "cases", None) is not None and not _cases(args):
         raise HarnessError(f"--cases {args.cases!r} names no case; give case names separated by commas (`harness list`)")
+    from harness.config import platforms
+
+    asked = getattr(args, "platform", None) or []
+    for name in [asked] if isinstance(asked, str) else asked:
+        if name not in platforms.names():
+            raise HarnessError(f"--platform {name}: not a platform; use {', '.join(platforms.names())}")
     wall = getattr(args, "wall", None)
     if wall is not None and not (math.isfinite(wall) and 0 <= wall <= WALL_MAX):
         raise HarnessError(f"--wall {wall!r}: must be the run's wall time in seconds, within 0..{WALL_MAX}; e.g. --wall 812")
@@ -497,7 +531,8 @@ def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
     results = Path(args.results) if args.results else profile.results(out)
     sources = _corpus(matrix, args)
     reqs = corpus.requirements_of(matrix, args.with_, sources, _root(args))
-    todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_cases(args), requirements=reqs)
+    cases = _cases(args) or (list(profile.cases) or None)  # --cases, else the profile's own selection
+    todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=cases, requirements=reqs)
     print("\n".join(todo.lines()))
     return 0
 
@@ -515,7 +550,7 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
         out,
         root=_root(args),
         workers=args.workers,
-        cases=_cases(args),
+        cases=_cases(args) or (list(profile.cases) or None),
         force=args.force,
         share=not args.no_share,
         requirements=corpus.requirements_of(matrix, args.with_, sources, _root(args)),
@@ -538,17 +573,26 @@ def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 
 
 def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness.config import launchers, platforms
+    from harness.pool import workers
     from harness.run import stage as run
 
     runtime = matrix.runtime(args.runtime)
     columns = args.provider or list(profile.columns(runtime))
     for col in columns:
-        if col not in runtime.kind.columns():
-            raise HarnessError(f"--provider {col!r} is not a column {runtime.pin} runs; use {', '.join(runtime.kind.columns())}")
+        base, named = platforms.split(col)
+        if base not in runtime.kind.columns() or (named and (named not in platforms.names() or base != "cpu")):
+            offered = [*runtime.kind.columns(), *(f"cpu@{p}" for p in platforms.names() if "cpu" in runtime.kind.columns())]
+            raise HarnessError(f"--provider {col!r} is not a column {runtime.pin} runs; use {', '.join(offered)}")
+    how = "native"
+    if args.launcher:
+        workers.launch_through(args.launcher)
+        how = launchers.how_of(Path(args.launcher))
     signal.signal(signal.SIGTERM, _interrupted)  # a deadline's SIGTERM ends the run as Ctrl-C does
     t0 = time.perf_counter()
     cells = run.run_runtime(
-        matrix, runtime, columns, out, force=args.force, latency=not args.no_latency, unmeasured=args.unmeasured
+        matrix, runtime, columns, out, force=args.force, latency=not args.no_latency, unmeasured=args.unmeasured, how=how,
+        cannot=args.unavailable,
     )
     counts: dict[str, int] = {}
     for c in cells:
@@ -683,6 +727,7 @@ def _recommend(args: argparse.Namespace) -> int:
         everything=args.all,
         torch=args.torch,
         installed_torch=ask.installed_torch(),
+        platform=args.platform,
     )
     if args.json:
         print(json.dumps(ask.to_json(asked), ensure_ascii=False, indent=1))

@@ -180,7 +180,8 @@ def test_no_expression_is_pasted_into_a_script(workflow: dict[str, Any]) -> None
         assert "${{" not in script, f"job {job}: an expression inside a run script (pass it through env):\n{script}"
     for job, script in scripts(workflow):
         for line in script.splitlines():
-            if re.search(r"\bnox -s\b|\bharness (jobs|gather)\b", line) and job != "architectures":  # a table of its own
+            own = job == "architectures" or job.startswith("hardware")  # a table of its own, with its own profile
+            if re.search(r"\bnox -s\b|\bharness (jobs|gather)\b", line) and not own:
                 assert '--profile "$PROFILE"' in line, f"job {job}: every stage runs the same profile: {line.strip()}"
 
 
@@ -220,13 +221,14 @@ def test_the_run_jobs_come_from_the_export_job(workflow: dict[str, Any]) -> None
 
 def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     gather, deploy = workflow["jobs"]["gather"], workflow["jobs"]["deploy"]
-    assert set(needs(workflow, "gather")) == {"export", "run", "architectures"}
+    assert set(needs(workflow, "gather")) == {"export", "run", "architectures", "hardware"}
     assert gather["if"] == "${{ !cancelled() && needs.export.result == 'success' }}", "failed runtimes are published too"
     downloads = [s["with"] for s in steps_using(workflow, "gather", "actions/download-artifact")]
     assert downloads == [
         {"name": "export", "path": "build"},
         {"pattern": "shard-*", "path": "incoming"},
         {"name": "architectures", "path": "site/architectures"},  # inside the site before its report: linked from it
+        {"name": "hardware", "path": "site/hardware"},
     ]
     steps = gather["steps"]
     (architectures,) = [s for s in steps if s.get("with", {}).get("name") == "architectures"]
@@ -250,6 +252,33 @@ def test_gather_reports_diffs_and_publishes(workflow: dict[str, Any]) -> None:
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
     assert [s["uses"] for s in deploy["steps"]] == ["actions/deploy-pages@v4"]
+
+
+def test_the_hardware_table_runs_aarch64_natively_and_the_x86_levels_under_qemu(workflow: dict[str, Any]) -> None:
+    """The platforms are sharded by runtime and by machine, on one export: the x86-64 levels on an x86 runner in
+    Debian (qemu-user 10 from bookworm-backports), aarch64 natively on GitHub's arm64 runner, gathered into one table."""
+    jobs = workflow["jobs"]
+    x86, arm, table = jobs["hardware-x86"], jobs["hardware-arm64"], jobs["hardware"]
+    for job, name in ((x86, "hardware-x86"), (arm, "hardware-arm64")):
+        assert needs(workflow, name) == ["hardware-export"]
+        assert job["strategy"]["matrix"] == "${{ fromJSON(needs.hardware-export.outputs.matrix) }}"
+        assert job["strategy"]["fail-fast"] is False and job["env"]["SESSION"] == "${{ matrix.session }}"
+    assert "--profile hardware" in script_with(workflow, "hardware-export", "python -m harness jobs sessions.json")
+    assert x86["container"].endswith("bookworm") and x86["runs-on"] == "ubuntu-24.04"
+    assert "-t bookworm-backports qemu-user" in script_with(workflow, "hardware-x86", "apt-get install")
+    x86_run = script_with(workflow, "hardware-x86", '"$SESSION"')
+    assert all(f"--platform {p}" in x86_run for p in ("x86-64-v4", "x86-64-v3", "x86-64-v2")) and "aarch64" not in x86_run
+    assert arm["runs-on"] == "ubuntu-24.04-arm"
+    arm_run = script_with(workflow, "hardware-arm64", '"$SESSION"')
+    assert "--platform aarch64" in arm_run and "x86-64" not in arm_run and "--profile hardware" in arm_run
+    assert set(needs(workflow, "hardware")) == {"hardware-export", "hardware-x86", "hardware-arm64"}
+    assert table["if"] == "${{ !cancelled() && needs.hardware-export.result == 'success' }}", "a failed shard is PARTIAL"
+    gather = script_with(workflow, "hardware", "python -m harness gather --out build-hardware --profile hardware --partial")
+    assert 'dirs=(incoming/*)' in gather and "shopt -s nullglob" in gather  # a missing job's folder is no error
+    assert "nox -s report -- --profile hardware --out build-hardware --results site-hardware --partial" in gather
+    hardware = load(ROOT / "matrix.toml").profile("hardware")
+    assert set(hardware.platforms) == {"x86-64-v4", "x86-64-v3", "x86-64-v2", "aarch64"}
+    assert hardware.results_dir == "results/hardware"
 
 
 def test_the_architectures_table_is_one_job_of_its_own_profile(workflow: dict[str, Any]) -> None:

@@ -463,3 +463,33 @@ def test_your_own_torch_is_named_with_its_table() -> None:
         said = ask.local_torch(asked, releases[0] + "+cu121", None, str(RESULTS))
         assert said and f"`--torch {releases[0]}` answers from its table" in said[0]
     assert "which no published table measured" in ask.local_torch(asked, "2.99.0", None, str(RESULTS))[0]
+
+
+def test_an_answer_for_a_platform_comes_from_that_platform_s_column() -> None:
+    """`--platform aarch64` answers from the column that measured the runtime on ARM64 (results/hardware/), and the
+    answer is that column's: what passes there, recomputed here from its cells."""
+    hardware = ROOT / "results" / "hardware" / "matrix.jsonl"
+    if not hardware.is_file():
+        pytest.skip("no published hardware table (nox -s matrix -- --profile hardware)")
+    proc = harness("recommend", "--platform", "aarch64", "--runtime", "onnxruntime==1.20.1", "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["table"].endswith("results/hardware/matrix.jsonl") and answer["provider"] == "cpu@aarch64", answer
+    rows = [json.loads(line) for line in hardware.read_text(encoding="utf-8").splitlines()]
+    on_arm = [r for r in rows if r["provider"] == "cpu@aarch64" and r["runtime"] == "onnxruntime==1.20.1"]
+    assert on_arm and all(r["platform"]["isa"] == "aarch64" for r in on_arm if r["case"] != "*"), "a cell not seen as ARM64"
+    picked = answer["recommended"]
+    if picked is not None:  # every selected case passes every probe there, in that column
+        chosen = set(answer["selection"]["cases"])
+        at = (picked["exporter"], picked["opset"])
+        there = [r for r in on_arm if r["case"] in chosen and (r["exporter"], r["opset"]) == at]
+        assert there and all(r["status"] in ("pass", "skipped") for r in there)
+
+
+def test_a_platform_never_measured_for_a_runtime_says_so() -> None:
+    proc = harness("recommend", "--platform", "x86-64-v3", "--runtime", "1.24")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("harness: error: --platform x86-64-v3: onnxruntime==1.24.4 was measured on cpu only")
+    bad = harness("recommend", "--platform", "arm", "--runtime", "1.20.1")
+    assert bad.returncode == 2 and "--platform arm: not a platform; use x86-64-v4, x86-64-v3, x86-64-v2, aarch64" in bad.stderr

@@ -33,7 +33,7 @@ def test_every_field_of_a_cell_is_published_once_or_said_unpublished() -> None:
     published = {f.name for f in schema.FIELDS if f.jsonl is not None} & cell_fields
     assert published.isdisjoint(schema.UNPUBLISHED)
     assert published | schema.UNPUBLISHED == cell_fields, "a CellRecord field neither in the schema nor said unpublished"
-    derived = {"repro", "gpu", "fault", "fault_why", "fixed_in", "last_failing"}
+    derived = {"repro", "gpu", "platform", "fault", "fault_why", "fixed_in", "last_failing"}
     assert schema.derived() == derived, "published keys that are no field of the cell"
     details = [f.detail for f in schema.FIELDS if f.detail is not None]
     assert len(details) == len(set(details))
@@ -84,6 +84,11 @@ def test_the_renderers_say_the_same_as_before() -> None:
         "diff": {"max_abs": 1.235, "max_rel": 0.5, "mismatched": 2, "total": 8}, "providers": "CPUExecutionProvider",
     }  # fmt: skip
     assert "gpu" not in schema.published(cell, ctx)
+    assert "platform" not in schema.published(cell, ctx)  # this machine's plain column: environment.json says it
+    on_arm = cell.replace(provider="cpu@aarch64", env={"how": "emulated: qemu-user 10.0.2 -cpu neoverse-n1", "isa": "aarch64"})
+    assert schema.published(on_arm, ctx)["platform"] == {
+        "name": "aarch64", "how": "emulated: qemu-user 10.0.2 -cpu neoverse-n1", "isa": "aarch64"
+    }
     assert schema.published(cell.replace(provider="cuda"), ctx)["gpu"] == "?"
     wide = schema.published(cell.replace(error_class="EnvironmentError", error=None), ctx)
     assert "error" in wide and wide["error"] is None, "a broken environment keeps its (empty) diagnosis key"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.answer import lookup, published, recommend
+from harness.config import platforms
 from harness.config.matrix import is_release, version_tuple
 from harness.core.errors import HarnessError
 
@@ -63,15 +64,23 @@ def ask(
     everything: bool = False,
     torch: str | None = None,
     installed_torch: str | None = None,
+    platform: str = "",
 ) -> Asked:
     """Answer ``recommend``'s question. ``results``: a table or its folder (default: this checkout's published
     ``results/``; with ``torch``, the folder of torch release tables); ``installed_torch``: the torch of the user's
-    environment (``2.7.1+cu126``), for the note that names its table.
+    environment (``2.7.1+cu126``), for the note that names its table. ``platform``: the CPU the answer is for
+    (``aarch64``: the column ``cpu@aarch64`` of the table that measured it, :mod:`harness.config.platforms`).
 
     Raises:
         HarnessError: bad input, or a table that cannot answer: one line with the fix.
     """
     notes: list[str] = []
+    if platform:
+        if platform not in platforms.names():
+            raise HarnessError(f"--platform {platform}: not a platform the harness names; use {', '.join(platforms.names())}")
+        if provider != "cpu":
+            raise HarnessError(f"--platform {platform} --provider {provider}: a platform is the cpu provider's; drop --provider")
+        provider = platforms.column(provider, platform)
     default = str(published.default_results())
     if torch is not None:
         given = str(torch_table_of(torch, results))
@@ -81,7 +90,9 @@ def ask(
     with published.reading(given):
         source = str(published.table_path(given))
     if not chosen and cases:  # cases only another profile measured (with the runtime asked): that profile's table
-        source = lookup.cases_table(cases, source, runtime)
+        source = lookup.cases_table(cases, source, runtime, provider)
+    elif not chosen and platforms.of(provider):  # a platform's column: the table that measured it (results/hardware/)
+        source = lookup.column_table(runtime, provider, source)
     elif not chosen:  # a runtime only another profile measured: that profile's table
         source = lookup.runtime_table(runtime, source)
     published.check_table(source)  # a table cut, changed or put together from two reports: refused, not answered

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.answer.published import published_beside, read_cases, read_pins, runtime_order
-from harness.config import runtimes
+from harness.config import platforms, runtimes
 from harness.config.matrix import version_tuple
 from harness.core.errors import HarnessError
 
@@ -95,6 +95,22 @@ def runtime_table(spec: str, source: str) -> str:
     return next((table for table in tables(source) if _measures(table, spec)), source)
 
 
+def column_table(spec: str, provider: str, source: str) -> str:
+    """The published table that measured runtime ``spec`` on column ``provider`` (a platform column, ``cpu@aarch64``:
+    the hardware table): ``source`` when it did, else the first table beside it that did; ``source`` when none did (its
+    refusal says so)."""
+    return next((table for table in tables(source) if _has_column(table, provider) and _measures(table, spec)), source)
+
+
+def _has_column(table: str, provider: str) -> bool:
+    """Whether a published table holds a cell of column ``provider`` (its lines read as text: no cell is parsed)."""
+    said = re.compile(r'"provider":\s*"' + re.escape(provider) + '"')
+    try:
+        return said.search(Path(table).read_text(encoding="utf-8", errors="replace")) is not None
+    except OSError:
+        return False
+
+
 def tables(source: str) -> list[str]:
     """``source`` and every table published in a folder of its own beside it (``results/architectures/``)."""
     return [source, *sorted(str(p) for p in Path(source).parent.glob("*/matrix.jsonl"))]
@@ -128,11 +144,12 @@ def did_you_mean(given: str, cards: Mapping[str, Mapping[str, Any]]) -> str | No
     return said[close[0]] if close else None
 
 
-def cases_table(cases: Sequence[str], source: str, runtime: str | None = None) -> str:
+def cases_table(cases: Sequence[str], source: str, runtime: str | None = None, provider: str = "cpu") -> str:
     """The published table that measured every one of ``cases`` (names or titles, any case) and, where ``runtime`` is
     given, that runtime: ``source`` when it did, else the first profile folder beside it that did (``--cases "Llama
     (decode step)"`` is answered by ``results/architectures/``); ``source`` when none did (its refusal names the
-    nearest).
+    nearest). A table that holds them all but not on column ``provider`` (the hardware table's platform columns, for
+    ``cpu``) is not the one.
 
     Raises:
         HarnessError: the cases are measured, but by two tables (``bert`` by the architectures', ``frozen_batch_fixed``
@@ -153,7 +170,7 @@ def cases_table(cases: Sequence[str], source: str, runtime: str | None = None) -
         for c, name in found.items():
             if name is not None:
                 where[c].append(table)
-        if cards and all(found.values()):
+        if cards and all(found.values()) and (table == source or _has_column(table, provider)):
             whole.append(table)
     if runtime is not None and whole:
         measuring = [t for t in whole if _measures(t, runtime)]
@@ -309,7 +326,8 @@ def missing_column(runtime: str, provider: str, providers: Iterable[str], source
     if provider in here:
         return None
     measured = f"{runtime} was measured on {', '.join(here) or 'nothing'} only"
-    known = sorted({c for k in runtimes.KINDS for c in k.columns()})
+    flag = f"--platform {platforms.of(provider)}" if platforms.of(provider) else f"--provider {provider}"
+    known = sorted({c for k in runtimes.KINDS for c in k.columns()} | {f"cpu@{p}" for p in platforms.names()})
     if provider not in known:
         close = difflib.get_close_matches(provider, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -322,12 +340,18 @@ def missing_column(runtime: str, provider: str, providers: Iterable[str], source
     if where:
         table, pins = next(iter(where.items()))
         return (
-            f"--provider {provider}: {measured}; {provider}'s columns are published in {table}/ "
+            f"{flag}: {measured}; {provider}'s columns are published in {table}/ "
             f"(on {', '.join(runtime_order(pins))}): add --results {table} --runtime {runtime_order(pins)[-1]}"
         )
     if runtimes.provider(provider).nvidia:
         return (
             f"--provider {provider}: {measured}; no {provider} column is published beside {source}: GPU results come from "
             "a run on a machine with an NVIDIA GPU (bench/gpu_check.sh, docs/runtimes.md), published in results/gpu/"
+        )
+    if platforms.of(provider):
+        return (
+            f"--platform {platforms.of(provider)}: {measured}; no table beside {source} measured it on "
+            f"{platforms.of(provider)}: not answered for a platform never measured (the hardware profile measures "
+            "platforms: nox -s matrix -- --profile hardware)"
         )
     return f"--provider {provider}: {measured}; no {provider} column is published beside {source}"

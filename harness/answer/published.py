@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.config import runtimes
+from harness.config import platforms, runtimes
 from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Rewrite, Status, first_line
@@ -26,8 +26,13 @@ CASES = "cases.json"
 """Beside matrix.jsonl: every case's card (symptom, cause, fix, source), the case it fixes, its file."""
 
 
+PLATFORMS = "platforms.json"
+"""Beside a table of platform columns (profile ``hardware``): :func:`harness.numeric.across.measure`, schema
+``harness.platforms/1``: how each column ran, what it saw, the verdicts that change with the platform, the spread."""
+
+
 REPORT_FILES = frozenset(
-    {"README.md", "index.html", "matrix.jsonl", "environment.json", CASES, "rewrites.json", "frontier.json",
+    {"README.md", "index.html", "matrix.jsonl", "environment.json", CASES, "rewrites.json", "frontier.json", PLATFORMS,
      "history.jsonl", "cases", "plots", "repro", "timing.md"}
 )  # fmt: skip
 """What a report writes in its folder: all of it is replaced by the next report (``tests/test_publish.py``
@@ -132,6 +137,7 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
             continue
         env = _json_beside("environment", table)
         machine_facts = _json_beside("device", table)
+        across = _json_beside(PLATFORMS.removesuffix(".json"), table).get("columns") or {}
         counts: dict[tuple[str, str], Counter[str]] = {}
         wide: dict[tuple[str, str], str] = {}
         for cell in read_cells(table, spread=False):
@@ -146,7 +152,7 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                     "folder": table.parent.name,
                     "runtime": pin,
                     "column": column,
-                    "device": machine.get("gpu" if runtimes.provider(column).nvidia else "cpu") or "?",
+                    "device": _device(machine, column, across.get(f"{pin} {platforms.of(column)}") or {}),
                     # When the machine measured it (device.json, bench/device_check.sh), else when it was published.
                     "measured": machine_facts.get("measured") or env.get("generated") or "?",
                     "counts": dict(counts[(pin, column)]),
@@ -154,6 +160,14 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def _device(machine: Mapping[str, Any], column: str, platform: Mapping[str, Any]) -> str:
+    """What a column computed on: a platform column's platform and how it ran (``aarch64, emulated: qemu-user …``, from
+    its table's platforms.json), an NVIDIA column's GPU, else the machine's CPU."""
+    if named := platforms.of(column):
+        return f"{named}, {platform.get('how') or 'not measured'}"
+    return str(machine.get("gpu" if runtimes.provider(column).nvidia else "cpu") or "?")
 
 
 def tables_beside(results: Path) -> list[dict[str, Any]]:

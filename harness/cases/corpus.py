@@ -22,6 +22,7 @@ import time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -443,6 +444,23 @@ def source_file(source: str, root: Path) -> Path:
     except Exception:  # a parent package that fails to import: loading the source says so, in one line
         spec = None
     return Path(spec.origin) if spec is not None and spec.origin else root / source
+
+
+def selected(registry: Registry, chosen: Sequence[str], root: Path) -> tuple[list[str], list[str]]:
+    """The cases ``chosen`` names, in declaration order, and what it names that is no case: each entry a case's name, or
+    a corpus source (``models.attention``, ``models.architectures.bert``: a dotted module or a ``.py`` path) standing for
+    every case declared in its file."""
+
+    def where(source: str) -> Path | None:
+        with contextlib.suppress(Exception):
+            return source_file(source, root).resolve()
+        return None
+
+    files = {e: where(e) for e in chosen if not _NAME.match(e)}
+    of = {c.name: where(c.source_file) if c.source_file else None for c in registry}
+    names = [c.name for c in registry if c.name in chosen or (of[c.name] is not None and of[c.name] in files.values())]
+    matched = set(names) | {e for e, f in files.items() if f is not None and f in of.values()}
+    return names, [e for e in chosen if e not in matched]
 
 
 def _source_dir(source: str, root: Path) -> Path:

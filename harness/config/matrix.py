@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError:  # Python 3.9, 3.10: the run environments of onnxruntime 1.10–1.14 install tomli, its origin
     import tomli as tomllib  # type: ignore[no-redef]
 
-from harness.config import runtimes
+from harness.config import platforms, runtimes
 from harness.config.runtimes import PRECISIONS, Kind, Provider
 from harness.core.errors import HarnessError
 
@@ -133,6 +133,13 @@ class Profile:
     own (its onnx and onnxscript resolved with it), into a build folder of its own (:meth:`torch_out`), run on the
     profile's runtimes and reported as a table of its own (:meth:`torch_results`); ``harness torch-report`` gathers
     them. Empty: the one torch of ``[export]``, as every other profile."""
+    platforms: tuple[str, ...] = ()
+    """``platforms = ["x86-64-v4", "x86-64-v3", "x86-64-v2", "aarch64"]``: the CPU provider once per platform, each a
+    column of its own (``cpu@aarch64``, :mod:`harness.config.platforms`), run natively or emulated; empty: the plain
+    ``cpu`` column, on this machine whatever it is."""
+    cases: tuple[str, ...] = ()
+    """``cases = ["bert", "llama", "llama_step"]``: only these cases of the profile's corpus (as ``--cases``, which
+    replaces it for a run); empty: every case."""
 
     def torch_out(self, out: str | os.PathLike[str], release: str) -> Path:
         """The build folder of one torch release of this profile: ``<out>/torch/<release>/``."""
@@ -154,7 +161,10 @@ class Profile:
         """The provider columns ``runtime`` runs in this profile: the profile's providers its package
         offers, TensorRT once per precision (``cpu``, ``cuda``, ``tensorrt``, ``tensorrt-fp16``)."""
         offered = runtime.kind.columns()
-        return tuple(c for c in _columns(self.providers, self.precisions) if c in offered)
+        plain = tuple(c for c in _columns(self.providers, self.precisions) if c in offered)
+        if self.platforms:
+            return tuple(platforms.column(c, p) for c in plain for p in self.platforms)
+        return plain
 
     def shards(self) -> list[tuple[Runtime, str]]:
         """Every (runtime, column) of the profile: one shard each."""
@@ -430,7 +440,7 @@ def corpus_problem(root: Path, name: str) -> str | None:
     local = root.joinpath(*parts)
     if local.with_suffix(".py").is_file() or (local / "__init__.py").is_file():
         return None
-    if parts[0] in sys.stdlib_module_names:
+    if parts[0] in getattr(sys, "stdlib_module_names", ()):  # 3.10+; the run stage's 3.9 never asks this
         return _NO_CASES.format("Python's standard library")
     if (root / parts[0]).exists():  # a package of this project: the module is not in it
         return f"no module {name} under {root} (no {local.with_suffix('.py').relative_to(root)}); fix the name or remove it"
@@ -758,7 +768,7 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
         top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
     pp = _Reader(file, f"profiles.{name}", raw)
-    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus", "torch")
+    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus", "torch", "platforms", "cases")
     prof_runtimes = []
     for j, ref in enumerate(pp.strings("runtimes")):
         rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
@@ -783,6 +793,10 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
         if problem := corpus_problem(root, source):
             pp.fail(f"{source!r} {problem}", "corpus")
     releases = _torch_releases(pp, raw)
+    on = _platforms(pp, raw, prof_runtimes, providers)
+    chosen = pp.strings("cases", []) if "cases" in raw else ()
+    if "cases" in raw and (not chosen or len(set(chosen)) != len(chosen)):
+        pp.fail("list each case once, at least one (or remove the key: every case)", "cases")
     return Profile(
         name,
         tuple(prof_runtimes),
@@ -794,7 +808,33 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
         results,
         corpus,
         releases,
+        on,
+        tuple(chosen),
     )
+
+
+def _platforms(
+    pp: _Reader, raw: Mapping[str, Any], prof_runtimes: Sequence[Runtime], providers: Sequence[str]
+) -> tuple[str, ...]:
+    """``platforms``: known names, once each, on the CPU provider of plain onnxruntime only (the package PyPI has
+    aarch64 wheels of; a GPU provider runs on its GPU, whatever the CPU)."""
+    if "platforms" not in raw:
+        return ()
+    named = pp.strings("platforms")
+    known = platforms.names()
+    for p in named:
+        if p not in known:
+            pp.fail(f"unknown platform {p!r}{_did_you_mean(p, known)}; use {', '.join(known)}", "platforms")
+    if len(set(named)) != len(named) or not named:
+        pp.fail("list each platform once, at least one", "platforms")
+    if list(providers) != ["cpu"]:
+        has = ", ".join(providers)
+        pp.fail(f'platforms apply to the cpu provider only; set providers = ["cpu"] (it has {has})', "platforms")
+    for rt in prof_runtimes:
+        if rt.package != "onnxruntime":
+            why = "platforms are measured on plain onnxruntime only (its wheels cover every platform); drop it"
+            pp.fail(f"{rt.pin}: {why}", "platforms")
+    return tuple(named)
 
 
 RELEASE = re.compile(r"(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)")

@@ -260,8 +260,9 @@ def column(name: str, precision: str = "fp32") -> str:
 
 
 def split_column(name: str) -> tuple[str, str]:
-    """``tensorrt-fp16`` → ``("tensorrt", "fp16")``; ``cuda`` → ``("cuda", "fp32")``."""
-    base, _, precision = name.partition("-")
+    """``tensorrt-fp16`` → ``("tensorrt", "fp16")``; ``cuda`` → ``("cuda", "fp32")``; ``cpu@x86-64-v3`` (a platform
+    column, :mod:`harness.config.platforms`) → ``("cpu", "fp32")``."""
+    base, _, precision = name.partition("@")[0].partition("-")
     return base, precision or "fp32"
 
 

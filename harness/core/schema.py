@@ -160,6 +160,14 @@ def _gpu(c: CellRecord, ctx: Context) -> Any:
     return (c.env.get("gpu") or "?") if ctx.nvidia(c.provider) else OMIT
 
 
+def _platform(c: CellRecord, _: Context) -> Any:
+    """Every cell of a platform column (``cpu@aarch64``) says how it ran and the level its process saw."""
+    named = c.provider.partition("@")[2]
+    if not named or c.runtime_wide:
+        return OMIT
+    return {"name": named, "how": c.env.get("how") or "?", "isa": c.env.get("isa") or "?"}
+
+
 def _error(c: CellRecord, _: Context) -> Any:
     """A broken environment is one record: it keeps its whole diagnosis (other cells' full errors stay in the shard)."""
     return c.error if c.error_class == Outcome.NO_ENVIRONMENT.error_class else OMIT
@@ -220,6 +228,7 @@ FIELDS: tuple[Field, ...] = (
     Field("diff", "object | null", "diff", jsonl=_diff, detail="diff", detail_value=_page_diff),
     Field("latency", "object | null", "latency", jsonl=_latency),
     Field("gpu", "str", "GPU", jsonl=_gpu),
+    Field("platform", "object", "platform", jsonl=_platform),
     Field("error", "str | null", "error", jsonl=_error, optional=False),
 )
 # fmt: on

@@ -232,11 +232,11 @@ what every dynamo export would do alike (:mod:`harness.export._warm`; the same f
     for problem in registry.problems:
         echo_error(problem)
     keys = plan(registry, profile)
-    if cases is not None:
-        unknown = [c for c in cases if c not in registry]
+    if cases is not None:  # names, or corpus files standing for their cases (a profile's `cases`)
+        names, unknown = corpus_mod.selected(registry, cases, root)
         if unknown:
             raise HarnessError(f"--cases: no case named {', '.join(unknown)}; `harness list` shows the corpus")
-        keys = [k for k in keys if k.case in cases]
+        keys = [k for k in keys if k.case in names]
     job = _Job(matrix, registry, keys, out, requirements, echo)
     tasks = job.schedule(force, share)
     todo = sum(len(t.items) for t in tasks)

@@ -28,6 +28,7 @@ import inspect
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 import traceback
 from collections import deque
@@ -51,6 +52,15 @@ class TaskResult:
     """The yielded item for ``item``; the return value for ``ok`` (None for a generator); a description otherwise."""
     seconds: float = 0.0
     """Since the task was handed over (``ok``, ``error``) or since its last item (``crash``, ``timeout``)."""
+
+
+def launch_through(launcher: str) -> None:
+    """Start every later process of this one through ``launcher`` (an executable that runs Python as a platform needs:
+    :mod:`harness.config.launchers`): the spawned workers, the fork server and the resource tracker (multiprocessing's
+    executable), and what reads ``sys.executable`` (the environment probe). Without binfmt_misc a process that an
+    emulated one starts by exec would run natively, or not at all: a platform column would measure another CPU."""
+    sys.executable = launcher
+    mp.set_executable(launcher)
 
 
 def _resolve(ref: str) -> Callable[..., Any]:

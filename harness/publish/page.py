@@ -138,6 +138,7 @@ def data(
     statuses = sorted(Status, key=lambda s: s.severity)
     packed = _pack(cells, rows, columns, statuses, strings, details, ctx or schema.Context())
     cards = {r.case: r.card for r in exports}
+    hows = {(c.runtime, c.provider): c.env["how"] for c in cells if c.env.get("how")}
     return {
         "title": "PyTorch → ONNX compatibility matrix",
         "generated": environment.get("generated"),
@@ -156,6 +157,7 @@ def data(
                 "runtime": pin,
                 "provider": p,
                 "label": column_label(pin, p, len(providers)),
+                "how": hows.get((pin, p), ""),  # a platform column: native, or emulated (qemu-user, its -cpu model)
             }
             | _reproducer(pin, p, constraints.get(pin, ()))
             | _loads(frontier.get(pin))

@@ -58,6 +58,7 @@ from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Status, by_written_opset, spread
+from harness.numeric import across as platform_spread
 from harness.publish import gpu_outputs as gpuref
 from harness.publish import history, markdown, page, plots
 from harness.publish.markdown import LEGEND
@@ -268,6 +269,10 @@ def _build(
             beside=beside, per_model=per_model, findings=causes, cards=cards, tables=tables, columns=cols,
         )
     )  # fmt: skip
+    if profile.platforms:  # a table of platform columns: what each ran on, what changes with it, how far outputs move
+        across = platform_spread.measure(out, raw, profile.platforms)
+        stage.write_text(results / published.PLATFORMS, json.dumps(across, indent=1, sort_keys=True) + "\n")
+        text += "\n" + platform_spread.section(across, profile.platforms)
     stage.write_text(results / "README.md", text)
     verdicts = _verdicts(cells, exports)
     pages = markdown.case_pages(
@@ -315,7 +320,9 @@ def _environment(
     # The tolerance every case without its own was compared with, as the export that wrote the references used it.
     tolerance = {k: settings[k] for k in ("atol", "rtol", "scaled") if isinstance(settings.get(k), int | float)}
     runtimes_env = {}
-    for c in raw:
+    # A runtime's environment as this machine's own process found it: a native column's cell before an emulated one's
+    # (whose Python, numpy and CPU are the platform's: the README's "Per platform" section gives those, per column).
+    for c in sorted(raw, key=lambda c: c.env.get("how", "native") != "native"):
         if c.env and c.runtime not in runtimes_env:
             runtimes_env[c.runtime] = {k: v for k, v in c.env.items() if k not in ("torch", "onnx", "onnxscript")}
     environment = {

@@ -63,7 +63,13 @@ def environment(out: Path, force: bool, backend: str) -> tuple[dict[str, str] | 
     if ident["listing"] is None:
         return probe_environment(backend)
     nvidia = Path("/proc/driver/nvidia/version")
-    key = cache.digest(backend, ident["listing"], platform.node(), nvidia.read_text() if nvidia.is_file() else None)
+    # How the probe's process starts is part of what it finds: a platform's launcher (harness/config/launchers.py)
+    # runs the same packages on another CPU.
+    launcher = Path(sys.executable)
+    script = launcher.read_bytes()[:4096] if launcher.is_file() and launcher.stat().st_size < 4096 else b""
+    nv = nvidia.read_text() if nvidia.is_file() else None
+    processor = _cpu_identity()  # what the probe records of the CPU (its instruction sets): another CPU, probed again
+    key = cache.digest(backend, ident["listing"], platform.node(), nv, sys.executable, script.decode(errors="replace"), processor)
     path = out / "cache" / "envs" / f"{key[:32]}.json"
     hit = {} if force else cache.read_json(path)
     if _sound(hit, key):
@@ -73,6 +79,16 @@ def environment(out: Path, force: bool, backend: str) -> tuple[dict[str, str] | 
         path.parent.mkdir(parents=True, exist_ok=True)
         cache.write_json(path, {"key": key, "env": env, "cpu": cpu})
     return env, error, cpu
+
+
+def _cpu_identity() -> str:
+    """This machine's CPU as ``/proc/cpuinfo`` names it: the first processor's model and flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(ln for ln in text.split("\n\n")[0].splitlines() if ln.partition(":")[0].strip() in wanted)
 
 
 def probe_column(column: str, runtime: Runtime) -> str | None:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.config import platforms
 from harness.config.matrix import Matrix, Runtime
 from harness.config.runtimes import provider
 from harness.core.errors import HarnessError
@@ -54,11 +55,18 @@ def run_runtime(
     force: bool = False,
     latency: bool = True,
     unmeasured: str = "",
+    how: str = "native",
+    cannot: str = "",
     echo: Callable[[str], Any] = print,
 ) -> list[CellRecord]:
     """Run every artifact of the last export on ``runtime`` for each column; return the shards' cells. ``unmeasured``:
     why this runtime cannot run here at all (the Python it runs on is missing): each column is one runtime-wide
-    ``env-error`` record saying so, and its frontier is recorded as not measured, for that reason.
+    ``env-error`` record saying so, and its frontier is recorded as not measured, for that reason. ``how``: how this
+    process runs (``native``, or ``emulated: qemu-user …`` under a launcher, :mod:`harness.config.launchers`): an
+    emulated column publishes verdicts and differences, never latency (the emulator's speed is not the CPU's), and
+    measures no frontier (what a runtime loads is the runtime's, measured natively). ``cannot``: why the platform
+    ``columns`` name cannot run on this machine (no emulator has AVX-512; qemu-user missing): each is one runtime-wide
+    ``unavailable`` record saying so; the runtime itself runs here (its frontier is measured).
 
     Raises:
         HarnessError: an artifact's files changed since the export wrote them (after every other cell ran).
@@ -76,15 +84,24 @@ def run_runtime(
     for art_id, why in list(damaged.items())[:3]:
         echo(f"run {runtime.pin}: {art_id}: {why}: its cells are not run or reused")
     all_cells: list[CellRecord] = []
+    emulated = how != "native"
     for column in columns:
-        wide = _column_record(runtime, column, env, import_error, cpu_problem)
+        col_env = _column_env(env, column, how)
+        wide: CellRecord | None
+        if cannot:  # the platform cannot run here: nothing of this machine's CPU is its, and nothing is checked against it
+            bare = {k: v for k, v in (env or {}).items() if k not in _HOST_FACTS}
+            wide = runtime_wide(runtime.pin, column, bare, **Outcome.PROVIDER_UNAVAILABLE.fields(), error_line=cannot)
+            wide = wide.replace(error=cannot)
+        else:
+            wide = _column_record(runtime, column, col_env, import_error, cpu_problem)
         if wide is not None:
             all_cells.append(_seal_wide(out, runtime, column, wide, echo))
             continue
-        assert env is not None
-        run = _Column(matrix, runtime, column, out, artifacts, env, damaged, echo)
-        all_cells.extend(run.go(force=force, latency=latency))
-    frontier.measure_if_stale(out, runtime, force=force, unmeasured=unmeasured, echo=echo)
+        assert col_env is not None
+        run = _Column(matrix, runtime, column, out, artifacts, col_env, damaged, echo)
+        all_cells.extend(run.go(force=force, latency=latency and not emulated, timed=not emulated))
+    if not emulated:
+        frontier.measure_if_stale(out, runtime, force=force, unmeasured=unmeasured, echo=echo)
     if damaged:
         art_id, why = next(iter(damaged.items()))
         raise HarnessError(
@@ -94,11 +111,35 @@ def run_runtime(
     return all_cells
 
 
+_HOST_FACTS = ("isa", "isa_features", "machine", "cpu", "how")
+"""What the probe says of the CPU its process ran on: not a fact of a platform column this machine cannot run."""
+
+
+def _column_env(env: dict[str, str] | None, column: str, how: str) -> dict[str, str] | None:
+    """The environment a column's cells record: a platform column (``cpu@aarch64``) adds how it ran and keeps the
+    instruction sets its process saw (its proof); the plain columns keep only the level (``isa``)."""
+    if env is None:
+        return None
+    if platforms.of(column):
+        if how != "native":  # /proc/cpuinfo under qemu-user is the host's: the model is the emulated one
+            return {**env, "how": how, "cpu": f"{how.rpartition('-cpu ')[2]} (emulated on {env.get('cpu', 'this host')})"}
+        return {**env, "how": how}
+    return {k: v for k, v in env.items() if k != "isa_features"}
+
+
 def _column_record(
     runtime: Runtime, column: str, env: dict[str, str] | None, import_error: str, cpu_problem: str | None
 ) -> CellRecord | None:
-    """The one record standing for a whole column that cannot run here (None: it can)."""
-    if env is None:
+    """The one record standing for a whole column that cannot run here (None: it can); a platform column whose
+    process saw another CPU than the one it names is one ``env-error``: never published as that platform."""
+    wrong = None
+    if env is not None and (named := platforms.of(column)):
+        features = dict.fromkeys(env.get("isa_features", "").split(), True)
+        wrong = platforms.contradiction(named, features, env.get("machine", ""))
+    if wrong is not None:
+        fix = "; its launcher runs another CPU than it names (harness/config/launchers.py): not published as " + named
+        wide = runtime_wide(runtime.pin, column, env or {}, **Outcome.NO_ENVIRONMENT.fields(), error_line=wrong + fix)
+    elif env is None:
         wide = runtime_wide(
             runtime.pin,
             column,
@@ -107,7 +148,7 @@ def _column_record(
             error_line=first_line(import_error),
             error=import_error,
         )
-    elif problem := (cpu_problem if column == "cpu" else envprobe.probe_column(column, runtime)):
+    elif problem := (cpu_problem if column.partition("@")[0] == "cpu" else envprobe.probe_column(column, runtime)):
         wide = runtime_wide(runtime.pin, column, env, **Outcome.PROVIDER_UNAVAILABLE.fields(), error_line=problem)
     else:
         return None
@@ -154,8 +195,11 @@ class _Column:
         self.keys: dict[str, str] = {}
         """Cell key → content address, for every probe of an exported artifact."""
         self.stats = dispatch.Stats()
+        self.timed = True
 
-    def go(self, *, force: bool, latency: bool) -> list[CellRecord]:
+    def go(self, *, force: bool, latency: bool, timed: bool = True) -> list[CellRecord]:
+        """``timed``: whether this column's passing examples get a latency at all (an emulated one: never)."""
+        self.timed = timed
         t_start = time.perf_counter()
         tasks = self.plan(force)
         self.layout_shard()
@@ -232,6 +276,7 @@ class _Column:
             probes=tuple(probes),
             keys={p: self.keys[base.replace(probe=p).key] for p in probes},
             reference=self.reference,
+            outputs=str(self.out / layout.OUTPUTS) if platforms.of(self.column) else "",
         )
 
     def layout_shard(self) -> None:
@@ -279,10 +324,10 @@ class _Column:
     def seal(self, latency: bool, cut_short: bool) -> None:
         """Sealed: this run ended and wrote every cell of the export (the report publishes only sealed shards).
         Up to date (the plan skips the session next time) only when a rerun would find nothing to do."""
-        redo = None if latency else "its last run skipped the latency phase (--no-latency)"
+        redo = None if latency or not self.timed else "its last run skipped the latency phase (--no-latency)"
         if cut_short:
             redo = "its last run's latency phase was cut short (SIGTERM or Ctrl-C)"
-        if redo is None and not finished(self.cells.values(), self.keys):
+        if redo is None and not finished(self.cells.values(), self.keys, timed=self.timed):
             redo = "its last run left cells to do again (a timeout, a localization cut short)"
         artifacts = ((r.key.id, r.cache_key, r.digest) for r in self.artifacts)
         inputs = stamps.shard_inputs(artifacts, self.matrix, self.runtime, self.column)
@@ -335,16 +380,16 @@ def reusable(old: CellRecord | None, key: str) -> bool:
     return old.status is not Status.MISMATCH or localized
 
 
-def finished(cells: Iterable[CellRecord], keys: Mapping[str, str]) -> bool:
+def finished(cells: Iterable[CellRecord], keys: Mapping[str, str], *, timed: bool = True) -> bool:
     """Whether a rerun would find nothing to do: every cell of an exported artifact (those ``keys``
-    holds) reusable, every passing example timed. Only then is the shard stamped up to date (and
-    ``nox -s matrix`` skips its session)."""
+    holds) reusable, every passing example timed (where the column is ``timed``). Only then is the shard stamped up
+    to date (and ``nox -s matrix`` skips its session)."""
     for c in cells:
         if c.key not in keys:
             continue  # decided by the export alone (failed, skipped)
         if not reusable(c, keys[c.key]):
             return False
-        if _untimed(c):
+        if timed and _untimed(c):
             return False
     return True
 

@@ -224,6 +224,8 @@ def environment(prefix: str | None = None) -> dict[str, Any]:
     package listing (``numpy-2.3.1.dist-info``, ...) plus ``pyvenv.cfg`` (the Python version)."""
     prefix = prefix or sys.prefix
     site = sorted({p for p in sys.path if p.startswith(prefix) and p.rstrip("/").endswith("site-packages")})
+    # A platform launcher's wheels for another machine (harness/config/launchers.py) are on PYTHONPATH, not in a prefix.
+    site += [p for p in os.environ.get("HARNESS_SITE", "").split(os.pathsep) if p and p not in site]
     return {"prefix": prefix, "site": site, "listing": _listing(prefix, site)}
 
 
@@ -235,7 +237,11 @@ def _listing(prefix: str, site: Iterable[str]) -> str | None:
         except OSError:
             return None
     cfg = Path(prefix) / "pyvenv.cfg"
-    names.append(cfg.read_text(encoding="utf-8", errors="replace") if cfg.is_file() else sys.version)
+    if cfg.is_file():
+        names.append(cfg.read_text(encoding="utf-8", errors="replace"))
+    else:  # no venv (a platform's userland): its interpreters on disk, not the Python that asks (another machine's)
+        found = sorted(f"{p.name}:{p.stat().st_size}" for p in Path(prefix, "bin").glob("python3*") if p.is_file())
+        names += found or [sys.version]
     return digest(names)
 
 

@@ -54,6 +54,8 @@ EXPORT_STAMP = "export.stamp.json"
 STORE = Path("cache") / "exports"
 ARTIFACTS = "artifacts"
 SHARDS = "shards"
+OUTPUTS = "outputs"
+"""``<out>/outputs/<cell key>.npz``: a platform column's outputs per probe (``o0``, ``o1``, … in output order)."""
 SPEC = "spec.json"
 SPEC_STAMP = "spec.stamp.json"
 """The spec stage's answer for every artifact (:mod:`harness.store.spec`), and its seal: the report reads both."""
@@ -255,6 +257,28 @@ def probe_outputs(ref: Any, probe: str) -> list[Any]:
     prefix = output_key(probe, 0)[:-1]
     keys = sorted((k for k in ref.files if k.startswith(prefix)), key=lambda k: int(k[len(prefix) :]))
     return [ref[k] for k in keys]
+
+
+def keep_outputs(folder: Path, key: str, outs: Sequence[Any]) -> None:
+    """A probe's outputs as ``<folder>/<key>.npz``, written whole or not at all (a temporary file, renamed)."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.{os.getpid()}.npz"
+    arrays: dict[str, Any] = {f"o{i}": np.asarray(o) for i, o in enumerate(outs)}
+    np.savez(tmp, **arrays)
+    os.replace(tmp, folder / f"{key}.npz")
+
+
+def read_outputs(folder: Path, key: str) -> list[Any] | None:
+    """What :func:`keep_outputs` kept for ``key``, in output order; None where nothing (whole) was kept."""
+    import numpy as np
+
+    try:
+        with np.load(folder / f"{key}.npz") as found:
+            return [found[f"o{i}"] for i in range(len(found.files))]
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
 
 
 # Shards -------------------------------------------------------------------------------------------------

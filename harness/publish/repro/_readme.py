@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.answer.published import runtime_key
-from harness.config import runtimes
+from harness.config import platforms, runtimes
 from harness.core import schema
 from harness.core.records import CellRecord, ExportRecord, Status
 from harness.publish.repro._files import ZEROS
@@ -125,8 +125,32 @@ def _commands(cells: list[CellRecord], constraints: Mapping[str, tuple[str, ...]
         install = " ".join(f'"{r}"' for r in kind.reproduce(pin, columns[0], given)[0])
         lines.append(f"    {kind.pip(pin)} install {_flat(install)}")
         for column in columns:
-            lines.append(f"    {kind.reproduce(pin, column, given)[1]}{_trt_shapes(cells, pin, column)}")
+            base, named = platforms.split(column)
+            command = kind.reproduce(pin, base, given)[1]
+            if named:  # a platform column: the CPU provider on that CPU, started the way the run started it
+                lines += [f"    {line}" for line in on_platform(named, command)]
+            else:
+                lines.append(f"    {command}{_trt_shapes(cells, pin, column)}")
     return lines
+
+
+def on_platform(name: str, command: str) -> list[str]:
+    """How to run ``command`` (``python repro.py``) on platform ``name`` as its column ran: under qemu-user's ``-cpu``
+    model for an x86-64 level (the emulated CPU answers CPUID, so onnxruntime picks that level's kernels), natively on
+    an ARM64 machine or under qemu-aarch64 with an arm64 userland (harness/config/launchers.py builds one)."""
+    p = platforms.get(name)
+    python, _, rest = command.partition(" ")
+    if p.machine == "x86_64" and p.qemu_cpu:
+        return [f'qemu-x86_64 -cpu {p.qemu_cpu} "$(command -v {python})" {rest}    # as {name}: {p.words}']
+    if p.machine == "x86_64":
+        return [f"{command}    # on a {name} CPU ({p.words}): no emulator has AVX-512"]
+    return [
+        f"{command}    # on an ARM64 machine (pip installs its aarch64 wheels), or on x86-64 under emulation:",
+        f"    #   qemu-{p.machine} -cpu {p.qemu_cpu} -L ROOT ROOT/usr/bin/python3.11 {rest}",
+        "    #   ROOT: an arm64 Debian userland with python3 (debootstrap --foreign --arch=arm64, its .debs extracted),",
+        f"    #   with the aarch64 wheels on PYTHONPATH (pip install --target DIR --platform manylinux_2_28_{p.machine} "
+        "--only-binary=:all: ...)",
+    ]
 
 
 _OWN_LOOK = frozenset({"error_line", "localization", "optimizer"})

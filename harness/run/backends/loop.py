@@ -96,6 +96,8 @@ def _probes(
         if error is not None or outs is None:
             yield Cell(_failed(be, cell, error or RuntimeError("no outputs"), t1, Outcome.RUN_ERROR))
             continue
+        if (lost := _keep(task, probe, outs)) is not None:
+            base = base.noted(lost)
         want = layout.probe_outputs(ref, probe)
         ok, stats = compare(want, outs, **rec.tolerance)
         frozen = f"probe input(s) {', '.join(ignored)} are not graph inputs: the export froze them" if ignored else None
@@ -124,6 +126,18 @@ def _probes(
         localizing += time.perf_counter() - t_localize
         yield Cell(cell)
     yield Timing(inference, localizing)
+
+
+def _keep(task: CellTask, probe: str, outs: Sequence[Any]) -> str | None:
+    """Keep a probe's outputs where the task asks (a platform column: the spread across platforms), never at the
+    verdict's cost: what went wrong, as a note, or None."""
+    if not task.outputs or probe not in task.keys:
+        return None
+    try:
+        layout.keep_outputs(Path(task.outputs), task.keys[probe], outs)
+    except (OSError, ValueError, TypeError) as exc:
+        return f"its outputs were not kept for the spread across platforms ({type(exc).__name__}: {first_line(str(exc))})"
+    return None
 
 
 def _partly(placement: Mapping[str, int], ep: str) -> str | None:

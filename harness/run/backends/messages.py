@@ -44,6 +44,9 @@ class CellTask:
     fresh_after: str = ""
     """Why these probes run in a worker of their own: the death of the worker that ran them first (its line).
     A crash can be a provider's state from earlier sessions in that worker, not this artifact's doing."""
+    outputs: str = ""
+    """Where each probe's outputs are kept, as ``<cell key>.npz`` (a platform column's: the report compares them across
+    platforms, :mod:`harness.numeric.across`); empty: not kept."""
 
 
 @dataclasses.dataclass(frozen=True)

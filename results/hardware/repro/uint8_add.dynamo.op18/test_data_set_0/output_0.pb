@@ -1,0 +1,1 @@
+Bout0JÀYTNil|H0€.oe{yeq‹NG@ˆcEVrr^}~9liŒ‚C8…{X†tf€ŒtUrvV8}03yHGlwr'9Gk3tT1wW<:7xy:SHlf0H:uJz=aJ7UJt3,U_6{Y/nV/r{{WSI:c.5rf4`H;X€u#47eRl^lrl]3^"Al+]{`VB_&?_#Ja6Zo2+_vs,mBc**U$fJC4?jTpfxz'*

@@ -1,0 +1,1 @@
+Bout0JÀD?Itf#8#la"KG]7w+x@*"5CG<P8WYuzX]p^%‡m>d$&{)#{nz@4"pH&u)A+R€G’;q…Œyƒ0F^i‡ZpLli:ODBv,Pd„ˆlh}nEˆ†\Œ87j5q„sEe{26vy8w`‘p2neGŠ9&‚.(€zm-!O"l"&{.cnP2PY„{xrC[6.‡=KSj…E ^)qd, `…b`hs&R{CAn\v?u}h
