@@ -424,28 +424,33 @@ def _run_platforms(
         session.run(*command, *_common(ns), "--runtime", rt.pin, *chosen, *extra, env=env)
     for col in emulated:
         name = platforms.of(col)
-        why = None if unmeasured else launchers.problem(name)
-        if unmeasured or why is not None:
-            extra_why = extra if unmeasured else [*extra, "--unavailable", f"{name}: {why}"]
-            session.log(f"{rt.pin} {col}: not measured: {why or 'its Python is missing'}")
-            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra_why, env=env)
+        if unmeasured:  # its Python is missing: `extra` says so, for this column too
+            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, env=env)
             continue
-        location = Path(getattr(session.virtualenv, "location", "") or ".")
-        folder = ROOT / ns.out / "platforms" / rt.id / name
-        userland = ROOT / ns.out / "platforms" / f"userland-{platforms.get(name).machine}"
-        try:
-            launch = launchers.prepare(
-                name, rt.requirements, str(location / "bin" / "python"), folder, source=ROOT, userland=userland, echo=session.log
-            )
-        except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:  # its column says so; the others go on
-            why = f"{name}: its launcher could not be built ({type(exc).__name__}: {exc}); see the log above"
-            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, "--unavailable", why, env=env)
+        launch, why = _launcher(session, ns, rt, name)
+        if launch is None or launch.path is None:  # its column says why; the others go on
+            session.log(f"{rt.pin} {col}: not measured: {why}")
+            unavailable = ["--unavailable", f"{name}: {why}"]
+            session.run(*command, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, *unavailable, env=env)
             continue
-        assert launch.path is not None
         session.log(f"{rt.pin} {col}: {launch.how}")
         harness_run = (str(launch.path), "-m", "harness", "run")
         session.run(*harness_run, *_common(ns), "--runtime", rt.pin, "--provider", col, *extra, "--launcher", str(launch.path),
                     env=env, external=True)
+
+
+def _launcher(session: nox.Session, ns: argparse.Namespace, rt: Runtime, name: str) -> tuple[launchers.Launch | None, str]:
+    """The launcher of platform ``name`` for this runtime's environment, or None and why this machine cannot run it."""
+    if (why := launchers.problem(name)) is not None:
+        return None, why
+    location = Path(getattr(session.virtualenv, "location", "") or ".")
+    folder = ROOT / ns.out / "platforms" / rt.id / name
+    userland = ROOT / ns.out / "platforms" / f"userland-{platforms.get(name).machine}"
+    python = str(location / "bin" / "python")
+    try:
+        return launchers.prepare(name, rt.requirements, python, folder, source=ROOT, userland=userland, echo=session.log), ""
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
+        return None, f"its launcher could not be built ({type(exc).__name__}: {exc}); see the log above"
 
 
 def _gpu_library_path(session: nox.Session) -> str:

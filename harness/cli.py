@@ -338,6 +338,11 @@ def _cases(args: argparse.Namespace) -> list[str] | None:
     return [c.strip() for c in args.cases.split(",") if c.strip()] if args.cases else None
 
 
+def _selected(args: argparse.Namespace, profile: Profile) -> list[str] | None:
+    """A stage's cases: ``--cases``, else the profile's own selection (``cases`` in matrix.toml), else every case."""
+    return _cases(args) or (list(profile.cases) or None)
+
+
 def _error(line: str) -> None:
     print(f"harness: error: {line}", file=sys.stderr)
 
@@ -531,8 +536,7 @@ def _plan(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
     results = Path(args.results) if args.results else profile.results(out)
     sources = _corpus(matrix, args)
     reqs = corpus.requirements_of(matrix, args.with_, sources, _root(args))
-    cases = _cases(args) or (list(profile.cases) or None)  # --cases, else the profile's own selection
-    todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=cases, requirements=reqs)
+    todo = plan.plan(matrix, profile, out, results, corpus=sources, cases=_selected(args, profile), requirements=reqs)
     print("\n".join(todo.lines()))
     return 0
 
@@ -550,7 +554,7 @@ def _export(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
         out,
         root=_root(args),
         workers=args.workers,
-        cases=_cases(args) or (list(profile.cases) or None),
+        cases=_selected(args, profile),
         force=args.force,
         share=not args.no_share,
         requirements=corpus.requirements_of(matrix, args.with_, sources, _root(args)),

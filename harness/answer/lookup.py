@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.answer.published import published_beside, read_cases, read_pins, runtime_order
+from harness.answer.published import platform_columns, published_beside, read_cases, read_pins, runtime_order
 from harness.config import platforms, runtimes
 from harness.config.matrix import version_tuple
 from harness.core.errors import HarnessError
@@ -103,12 +103,11 @@ def column_table(spec: str, provider: str, source: str) -> str:
 
 
 def _has_column(table: str, provider: str) -> bool:
-    """Whether a published table holds a cell of column ``provider`` (its lines read as text: no cell is parsed)."""
-    said = re.compile(r'"provider":\s*"' + re.escape(provider) + '"')
-    try:
-        return said.search(Path(table).read_text(encoding="utf-8", errors="replace")) is not None
-    except OSError:
-        return False
+    """Whether a published table can hold column ``provider``, from its ``platforms.json`` (never the table read whole):
+    a platform column where it lists one, any other column where it lists none (a profile with platforms has only
+    platform columns). The answer then reads the cells, and a column that is not there is one line."""
+    on = {column for _, column in platform_columns(table)}
+    return provider in on if platforms.of(provider) else not on
 
 
 def tables(source: str) -> list[str]:

@@ -137,7 +137,7 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
             continue
         env = _json_beside("environment", table)
         machine_facts = _json_beside("device", table)
-        across = _json_beside(PLATFORMS.removesuffix(".json"), table).get("columns") or {}
+        on = platform_columns(table)
         counts: dict[tuple[str, str], Counter[str]] = {}
         wide: dict[tuple[str, str], str] = {}
         for cell in read_cells(table, spread=False):
@@ -152,7 +152,7 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                     "folder": table.parent.name,
                     "runtime": pin,
                     "column": column,
-                    "device": _device(machine, column, across.get(f"{pin} {platforms.of(column)}") or {}),
+                    "device": _device(machine, column, on.get((pin, column)) or {}),
                     # When the machine measured it (device.json, bench/device_check.sh), else when it was published.
                     "measured": machine_facts.get("measured") or env.get("generated") or "?",
                     "counts": dict(counts[(pin, column)]),
@@ -160,6 +160,17 @@ def published_beside(results: Path) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def platform_columns(table: str | Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The platform columns of a published table, from the ``platforms.json`` beside it: (pin, column) → how it ran and
+    what it saw (``{}`` for a table of no platform: a profile with platforms has only platform columns)."""
+    columns = _json_beside(PLATFORMS.removesuffix(".json"), Path(table)).get("columns") or {}
+    found = {}
+    for col in columns.values() if isinstance(columns, dict) else ():
+        if isinstance(col, dict) and isinstance(col.get("runtime"), str) and isinstance(col.get("platform"), str):
+            found[(col["runtime"], platforms.column("cpu", col["platform"]))] = col
+    return found
 
 
 def _device(machine: Mapping[str, Any], column: str, platform: Mapping[str, Any]) -> str:

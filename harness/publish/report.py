@@ -58,7 +58,7 @@ from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Status, by_written_opset, spread
-from harness.numeric import across as platform_spread
+from harness.numeric import across
 from harness.publish import gpu_outputs as gpuref
 from harness.publish import history, markdown, page, plots
 from harness.publish.markdown import LEGEND
@@ -270,9 +270,9 @@ def _build(
         )
     )  # fmt: skip
     if profile.platforms:  # a table of platform columns: what each ran on, what changes with it, how far outputs move
-        across = platform_spread.measure(out, raw, profile.platforms)
-        stage.write_text(results / published.PLATFORMS, json.dumps(across, indent=1, sort_keys=True) + "\n")
-        text += "\n" + platform_spread.section(across, profile.platforms)
+        summary = across.measure(out, raw, profile.platforms)
+        stage.write_text(results / published.PLATFORMS, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        text += "\n" + across.section(summary, profile.platforms)
     stage.write_text(results / "README.md", text)
     verdicts = _verdicts(cells, exports)
     pages = markdown.case_pages(
