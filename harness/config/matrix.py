@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError:  # Python 3.9, 3.10: the run environments of onnxruntime 1.10–1.14 install tomli, its origin
     import tomli as tomllib  # type: ignore[no-redef]
 
-from harness.config import platforms, runtimes
+from harness.config import platforms, runtimes, transforms
 from harness.config.runtimes import PRECISIONS, Kind, Provider
 from harness.core.errors import HarnessError
 
@@ -140,6 +140,11 @@ class Profile:
     cases: tuple[str, ...] = ()
     """``cases = ["bert", "llama", "llama_step"]``: only these cases of the profile's corpus (as ``--cases``, which
     replaces it for a run); empty: every case."""
+    transforms: tuple[str, ...] = ()
+    """``transforms = ["int8-dynamic", "fp16", ...]`` (:mod:`harness.config.transforms`): each fp32 artifact of the
+    profile transformed by each, into a build folder per transform (:meth:`transform_out`), run on the profile's
+    runtimes and platforms and reported as a table per transform (:meth:`transform_results`); ``harness
+    transform-report`` gathers them. Empty: the exported files themselves, as every other profile."""
 
     def torch_out(self, out: str | os.PathLike[str], release: str) -> Path:
         """The build folder of one torch release of this profile: ``<out>/torch/<release>/``."""
@@ -148,6 +153,14 @@ class Profile:
     def torch_results(self, out: str | os.PathLike[str], release: str) -> Path:
         """The table of one torch release: ``<results>/<release>/``."""
         return self.results(out) / release
+
+    def transform_out(self, out: str | os.PathLike[str], name: str) -> Path:
+        """The build folder of one transform of this profile: ``<out>/transforms/<name>/``."""
+        return Path(out) / "transforms" / name
+
+    def transform_results(self, out: str | os.PathLike[str], name: str) -> Path:
+        """The table of one transform: ``<results>/<name>/``."""
+        return self.results(out) / name
 
     def opsets_of(self, exporter: str) -> tuple[int, ...]:
         """The opsets ``exporter`` is asked for in this profile."""
@@ -255,6 +268,10 @@ class Matrix:
     provider_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     """``[providers.<name>] options``: onnxruntime provider options (``cuda``, ``tensorrt``), and for
     the native TensorRT backend ``[providers.tensorrt] native`` (``workspace_mib``)."""
+    transform_requirements: tuple[str, ...] = ()
+    """``[transforms] requirements``: the pinned tools of the transform environment besides the export's onnx and
+    its reference onnxruntime (whose ``onnxruntime.quantization`` is the quantizer): the float16 converter and what
+    the quantizer imports."""
 
     def options(self, col: str, kind: Kind) -> dict[str, Any]:
         """The options of column ``col`` on a runtime of ``kind``, as matrix.toml gives them (the table
@@ -572,7 +589,7 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
     path = Path(path)
     file = path.name
     top = _Reader(file, "", _read_toml(path))
-    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles")
+    top.only("export", "corpus", "probes", "tolerance", "run", "latency", "providers", "runtimes", "profiles", "transforms")
     export = _export_settings(_Reader(file, "export", top.get("export", dict, required=True)))
     corpus = _corpus(_Reader(file, "corpus", top.get("corpus", dict, required=True)), path.resolve().parent)
     batch_sizes = _batch_sizes(_Reader(file, "probes", top.get("probes", dict, {})))
@@ -597,7 +614,19 @@ def load(path: str | os.PathLike[str] = "matrix.toml") -> Matrix:
         runtimes=declared,
         profiles={name: _profile(file, top, name, raw, by_pin, path.resolve().parent) for name, raw in profiles_raw.items()},
         provider_options=_provider_options(file, top.get("providers", dict, {})),
+        transform_requirements=_transform_requirements(_Reader(file, "transforms", top.get("transforms", dict, {}))),
     )
+
+
+def _transform_requirements(tr: _Reader) -> tuple[str, ...]:
+    """``[transforms] requirements``: each pinned with ``==`` (a transform's tools are recorded on every artifact)."""
+    tr.only("requirements")
+    found = parse_requirements(f"{tr.file}: transforms.requirements", tr.strings("requirements", [], nonempty=False))
+    for req in found:
+        if "==" not in req:
+            why = "write name==X.Y.Z (its version is recorded on every transformed file)"
+            tr.fail(f"{req!r} is not pinned; {why}", "requirements")
+    return found
 
 
 def _read_toml(path: Path) -> Any:
@@ -768,7 +797,10 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     if not _SAFE_NAME.fullmatch(name) or ".." in name:  # a profile's name becomes a folder: build/results/<name>/
         top.fail(f"profile name {name!r} must be letters, digits, '-', '_' or '.' (it names a folder); rename it", "profiles")
     pp = _Reader(file, f"profiles.{name}", raw)
-    pp.only("runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus", "torch", "platforms", "cases")
+    pp.only(
+        "runtimes", "providers", "precisions", "exporters", "opsets", "results", "corpus", "torch", "platforms", "cases",
+        "transforms",
+    )
     prof_runtimes = []
     for j, ref in enumerate(pp.strings("runtimes")):
         rt = parse_runtime(file, f"profiles.{name}.runtimes[{j}]", ref)
@@ -797,6 +829,15 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
     chosen = pp.strings("cases", []) if "cases" in raw else ()
     if "cases" in raw and (not chosen or len(set(chosen)) != len(chosen)):
         pp.fail("list each case once, at least one (or remove the key: every case)", "cases")
+    chosen_transforms = pp.strings("transforms", []) if "transforms" in raw else ()
+    for t in chosen_transforms:
+        if t not in transforms.CATALOG:
+            known = transforms.names()
+            pp.fail(f"unknown transform {t!r}{_did_you_mean(t, known)}; use {', '.join(known)}", "transforms")
+    if "transforms" in raw and (not chosen_transforms or len(set(chosen_transforms)) != len(chosen_transforms)):
+        pp.fail("list each transform once, at least one (or remove the key: the exported files themselves)", "transforms")
+    if chosen_transforms and releases:
+        pp.fail("transforms and torch releases in one profile are not supported; give each a profile of its own", "transforms")
     return Profile(
         name,
         tuple(prof_runtimes),
@@ -810,6 +851,7 @@ def _profile(file: str, top: _Reader, name: str, raw: Any, by_pin: Mapping[str, 
         releases,
         on,
         tuple(chosen),
+        tuple(chosen_transforms),
     )
 
 

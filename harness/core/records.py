@@ -344,6 +344,11 @@ class ExportRecord:
     cache_key: str | None = None
     """The export's content address (:func:`harness.store.cache.export_key`): the case's source, the versions,
     the exporter, the opset and the settings. Equal keys, equal artifacts."""
+    transform: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """A transformed artifact only (:mod:`harness.transform.stage`): the transform that made it from the export's
+    fp32 file (``name``, ``tool``, ``package``, ``version``, ``settings``) and that file's ``source`` digest. Its
+    reference outputs are then the ONNX specification's answer on this file (``reference``: how they were had), and
+    torch's fp32 outputs are kept beside them (``fp32.npz``) for the drift. Empty: the export's own file."""
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
     """Seconds of the work itself, the floor a benchmark compares the wall time with: ``torch`` (building
     the model and torch's reference outputs), ``export`` (the exporter call), ``reference`` (the

@@ -276,7 +276,8 @@ class _Column:
             probes=tuple(probes),
             keys={p: self.keys[base.replace(probe=p).key] for p in probes},
             reference=self.reference,
-            outputs=str(self.out / layout.OUTPUTS) if platforms.of(self.column) else "",
+            # kept for the spread across platforms and, of a transformed file, for its drift from torch's fp32 outputs
+            outputs=str(self.out / layout.OUTPUTS) if platforms.of(self.column) or rec.transform else "",
         )
 
     def layout_shard(self) -> None:

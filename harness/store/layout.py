@@ -67,6 +67,9 @@ DATA = "model.onnx.data"
 """The weights of a model saved with ONNX external data (``[export] external_data_mib``)."""
 REFERENCE = "reference.npz"
 RECORD = "export.json"
+FP32 = "fp32.npz"
+"""Of a transformed artifact (:mod:`harness.transform.stage`): torch's fp32 outputs per probe, kept for the drift
+(its ``reference.npz`` holds the specification's answer on the transformed file); its SHA-256 is in the record."""
 
 DEBUG_MODEL = "model.debug.onnx"
 NODES = "nodes.json"
@@ -218,6 +221,8 @@ def damaged(out: Path, artifacts: Iterable[ExportRecord]) -> dict[str, str]:
         checks = [(MODEL, rec.sha256), (REFERENCE, rec.reference_sha256)]
         if rec.data_sha256:
             checks.append((DATA, rec.data_sha256))
+        if rec.transform.get("fp32_sha256"):  # a transformed file's torch outputs, which its drift is measured from
+            checks.append((FP32, rec.transform["fp32_sha256"]))
         for name, want in checks:
             if want is None:
                 continue
