@@ -61,6 +61,9 @@ EXPORT_PKGS = [f"onnx=={MATRIX.export.onnx}", f"onnxscript=={MATRIX.export.onnxs
 REPORT_PKGS = ["pandas>=2.2", "tabulate>=0.9", "numpy"]
 # The spec stage: the export's onnx (its checker and reference evaluator) and numpy, nothing else.
 SPEC_PKGS = [f"onnx=={MATRIX.export.onnx}", "numpy"]
+# The transform stage: the export's onnx, its reference onnxruntime (whose onnxruntime.quantization is the quantizer)
+# and [transforms] requirements (the float16 converter, what the quantizer imports); no torch.
+TRANSFORM_PKGS = [f"onnx=={MATRIX.export.onnx}", *REFERENCE_PKGS, *MATRIX.transform_requirements, "numpy"]
 NVIDIA_INDEX = "https://pypi.nvidia.com"  # TensorRT's libraries (GPU machines only)
 # The tests run on the reference runtime (the newest). Playwright drives the system's Chromium (Debian's
 # `chromium`, which .ci/run installs); its own browser download is never used.
@@ -156,7 +159,18 @@ def _has_editable_harness(session: nox.Session) -> bool:
 
 def _common(ns: argparse.Namespace) -> list[str]:
     release = ["--torch", ns.torch] if getattr(ns, "torch", None) else []
-    return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out, *release]
+    within = ["--transform", ns.within] if getattr(ns, "within", None) else []  # one transform's build folder and table
+    return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out, *release, *within]
+
+
+def _transforms(ns: argparse.Namespace) -> list[str]:
+    """The transforms of this run: the profile's, or the one ``--transform`` names."""
+    listed = list(MATRIX.profile(ns.profile).transforms)
+    return [ns.transform] if getattr(ns, "transform", None) in listed else listed
+
+
+def _within(ns: argparse.Namespace, name: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(ns), "within": name})
 
 
 TORCH_RELEASES = sorted({r for p in MATRIX.profiles.values() for r in p.torch}, key=version_tuple)
@@ -334,6 +348,22 @@ def spec(session: nox.Session) -> None:
         session.run("harness", "spec", *_common(ns), *force)
 
 
+@nox.session
+def transform(session: nox.Session) -> None:
+    """The step after export: each fp32 file of the profile's export quantized or converted to float16 by the pinned
+    tools, and the ONNX specification's answer on each new file (its reference evaluator) → build/transforms/<name>/."""
+    _stopped(session)
+    ns = _options(session.posargs)
+    names = _transforms(ns)
+    if not names:
+        session.skip(f"profile {ns.profile!r} lists no transforms")
+    session.install(*TRANSFORM_PKGS)
+    _harness(session)
+    force = ["--force"] if ns.force else []
+    for name in names:
+        session.run("harness", "transform", *_common(ns), "--transform", name, *force)
+
+
 def _interpreter(rt: Runtime) -> str | None:
     """The interpreter of a runtime's environment: the one its entry names (``python = "3.10"``), found on this
     machine (:func:`harness.config.pythons.find`); None: nox's own, which is also what a runtime whose Python is
@@ -390,7 +420,10 @@ def run(session: nox.Session, runtime: str) -> None:
             session.log(f"torch {release}: its export did not finish: not run")
         elif ns.force or _plan(ns, release).runs[rt.id] is not None:
             session.run(*command, *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
-    if not releases:
+    if MATRIX.profile(ns.profile).transforms:  # each transform's files, in its own build folder
+        for name in _transforms(ns):
+            _run_platforms(session, _within(ns, name), rt, command, extra, env, unmeasured=missing)
+    elif not releases:
         _run_platforms(session, ns, rt, command, extra, env, unmeasured=missing)
     location = Path(getattr(session.virtualenv, "location", "") or "")
     if missing and location.name.startswith("run") and location.is_dir():
@@ -487,6 +520,10 @@ def report(session: nox.Session) -> None:
             session.run("harness", "report", *_common(_with_release(ns, release)), "--results", ns.results, *partial)
     if releases:
         session.run("harness", "torch-report", *_common(ns), "--results", ns.results)
+    elif MATRIX.profile(ns.profile).transforms:  # each transform's table, then the summary across them
+        for name in _transforms(ns):
+            session.run("harness", "report", *_common(_within(ns, name)), "--results", ns.results, *partial)
+        session.run("harness", "transform-report", *_common(ns), "--results", ns.results)
     else:
         session.run("harness", "report", *_common(ns), "--results", ns.results, *wall, *partial)
     published_root = (ROOT / "results").resolve()
@@ -527,6 +564,9 @@ def matrix(session: nox.Session) -> None:
     if profile.torch:
         _matrix_torch(session, ns)
         return
+    if profile.transforms:
+        _matrix_transforms(session, ns)
+        return
     todo = _plan(ns)
     for line in todo.lines():
         session.log(line)
@@ -545,6 +585,20 @@ def matrix(session: nox.Session) -> None:
         session.notify("report", session.posargs)
     if todo.idle:
         session.log(f"nothing to do: {ns.results} is up to date (`nox -s matrix -- --force` redoes everything)")
+
+
+def _matrix_transforms(session: nox.Session, ns: argparse.Namespace) -> None:
+    """A profile with transforms: its export where it is not current, then the transform stage (each transformed file
+    kept while its inputs are unchanged), each runtime's run over every transform's folder (each cell reused while its
+    key is), each transform's table and the summary across them."""
+    todo = _plan(ns)
+    if todo.export:
+        session.log(f"export: {todo.export}")
+        session.notify("export", session.posargs)
+    session.notify("transform", session.posargs)
+    for rt in MATRIX.profile(ns.profile).runtimes:
+        session.notify(f"run({rt.id})", session.posargs)
+    session.notify("report", session.posargs)
 
 
 def _matrix_torch(session: nox.Session, ns: argparse.Namespace) -> None:

@@ -40,6 +40,13 @@ def _profile_arg(p: argparse.ArgumentParser) -> None:
         metavar="X.Y.Z",
         help="one torch release of a profile that lists them (its build folder is <out>/torch/X.Y.Z, its table <results>/X.Y.Z)",
     )
+    p.add_argument(
+        "--transform",
+        default=None,
+        metavar="NAME",
+        help="one transform of a profile that lists them (int8-qdq-u8, fp16, ...): its build folder is "
+        "<out>/transforms/NAME, its table <results>/NAME",
+    )
 
 
 def _corpus_arg(p: argparse.ArgumentParser) -> None:
@@ -184,6 +191,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="worker processes (0: one per CPU core)")
     _force_arg(p, "judge every artifact again")
 
+    p = sub.add_parser(
+        "transform",
+        help="transform stage (the transform environment): the export's files quantized / converted to float16, judged "
+        "by the ONNX reference evaluator → build/transforms/<name> (every transform of the profile, or --transform's)",
+    )
+    _common(p)
+    p.add_argument("--workers", type=int, default=0, help="worker processes (0: one per CPU core)")
+    _force_arg(p, "transform every artifact again")
+
     p = sub.add_parser("run", help="run stage (needs one onnxruntime): write build/shards")
     _common(p)
     p.add_argument("--runtime", required=True, help="pin, id or version: onnxruntime==1.17.3, ort-1.17.3, 1.17.3")
@@ -231,6 +247,14 @@ def parser() -> argparse.ArgumentParser:
         "the report then needs --partial too",
     )
 
+    p = sub.add_parser(
+        "transform-report",
+        help="the tables of a profile's transforms gathered: which transform runs right on which runtime and platform, "
+        "what each costs (after `harness report --transform NAME` for each)",
+    )
+    _common(p)
+    _results_arg(p)
+
     p = sub.add_parser("report", help="gather shards into results/ (needs pandas, tabulate)")
     _common(p)
     _results_arg(p)
@@ -263,6 +287,13 @@ def parser() -> argparse.ArgumentParser:
         default="",
         help="the CPU the model ships to: x86-64-v4 (AVX-512), x86-64-v3 (AVX2), x86-64-v2 (SSE4.2), aarch64; answered "
         "from the column that measured it (results/hardware/); default: the table's own machine",
+    )
+    p.add_argument(
+        "--transform",
+        default="",
+        metavar="NAME",
+        help="you will ship the file transformed: int8-dynamic, int8-qdq-u8, int8-qdq-s8 (int8-qdq: both), int4-sym, "
+        "int4-asym, int4-sym-a4, fp16; answered from that transform's table (results/quantized/NAME/)",
     )
     p.add_argument(
         "--exporter",
@@ -405,12 +436,25 @@ def _dispatch(args: argparse.Namespace) -> int:
             out = profile.torch_out(out, args.torch)
     elif getattr(args, "torch", None) is not None:
         raise HarnessError(f"--torch: `harness {args.command}` takes no torch release; drop it")
+    named = getattr(args, "transform", None)
+    if named is not None:
+        if named not in profile.transforms:
+            listed = ", ".join(profile.transforms) or "none"
+            raise HarnessError(f"--transform {named}: profile {profile.name!r} lists {listed}; use one of them")
+        if args.command in TRANSFORM_SCOPED:  # the build folder and table of that transform
+            if args.command == "report":
+                args.results = str(
+                    profile.transform_results(out, named) if args.results is None else Path(args.results) / named
+                )
+            out = profile.transform_out(out, named)
+        elif args.command != "transform":
+            raise HarnessError(f"--transform: `harness {args.command}` takes no transform; drop it")
     if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.store.lock
         from harness.answer import published
 
         with contextlib.ExitStack() as held:
             held.enter_context(lock.acquire(out, lock.command_line(), echo=_note))
-            if args.command in ("report", "torch-report"):  # one writer per results folder too
+            if args.command in ("report", "torch-report", "transform-report"):  # one writer per results folder too
                 results = Path(args.results) if args.results else profile.results(out)
                 if results.resolve() != out.resolve():
                     published.kept(results)  # a folder that is no results folder is refused before a lock is put in it
@@ -421,6 +465,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 TORCH_SCOPED = frozenset({"export", "spec", "run", "report", "plan"})
 """The stages that act on one torch release of a profile that lists them (``--torch``)."""
+TRANSFORM_SCOPED = frozenset({"run", "report"})
+"""The stages that act on one transform's build folder and table (``--transform``); ``harness transform`` makes it."""
 
 WALL_MAX = 30 * 86400
 """``--wall`` at most: 30 days of wall time (the default profile takes 15 minutes)."""
@@ -475,7 +521,7 @@ def out_problem(out: str | os.PathLike[str], root: Path) -> None:
         raise HarnessError(f"--out {str(out)!r} is inside the published results/; give a build folder such as --out build")
 
 
-WRITERS = ("export", "spec", "run", "report", "gather", "torch-report")
+WRITERS = ("export", "spec", "run", "report", "gather", "torch-report", "transform", "transform-report")
 """The commands that write the build folder."""
 
 
@@ -576,6 +622,38 @@ def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
     return 0
 
 
+def _transform(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness.transform import stage
+
+    names = [args.transform] if args.transform else list(profile.transforms)
+    if not names:
+        raise HarnessError(
+            f"profile {profile.name!r} lists no transforms; add transforms = [...] to it in matrix.toml "
+            "or use one that does (--profile quantized)"
+        )
+    signal.signal(signal.SIGTERM, _interrupted)
+    for name in names:
+        records = stage.transform_all(matrix, profile, out, name, workers=args.workers, force=args.force)
+        made = sum(1 for r in records if r.ok)
+        skipped = sum(1 for r in records if not r.ok and r.error_class == "Skipped")
+        print(f"transform {name}: {made} transformed, {skipped} with nothing to transform, "
+              f"{len(records) - made - skipped} failed → {profile.transform_out(out, name)}")
+    return 0
+
+
+def _transform_report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    from harness.publish import transform_report
+
+    results = Path(args.results) if args.results else profile.results(out)
+    summary = transform_report.write(matrix, profile, out, results)
+    missing = [t["transform"] for t in summary["transforms"] if t.get("problem")]
+    print(
+        f"transform-report: {len(summary['transforms'])} transforms, {len(summary['changes'])} verdicts that change "
+        f"with the runtime or the platform → {results / 'README.md'}" + (f"; not whole: {', '.join(missing)}" if missing else "")
+    )
+    return 1 if missing else 0
+
+
 def _run(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
     from harness.config import launchers, platforms
     from harness.pool import workers
@@ -639,6 +717,8 @@ _STAGES: dict[str, Callable[[argparse.Namespace, Matrix, Profile, Path], int]] =
     "run": _run,
     "report": _report,
     "torch-report": _torch_report,
+    "transform": _transform,
+    "transform-report": _transform_report,
 }
 
 
@@ -721,6 +801,8 @@ def _readme(args: argparse.Namespace) -> int:
 def _recommend(args: argparse.Namespace) -> int:
     from harness.answer import ask
 
+    if args.transform:
+        return _recommend_transformed(args)
     asked = ask.ask(
         args.runtime,
         provider=args.provider,
@@ -738,6 +820,31 @@ def _recommend(args: argparse.Namespace) -> int:
     else:
         print(ask.text(asked))
     return asked.code
+
+
+def _recommend_transformed(args: argparse.Namespace) -> int:
+    """``recommend --transform NAME``: the answer from each named transform's table (a family, ``int8-qdq``: each of
+    its members in turn; ``--json`` answers one)."""
+    from harness.answer import ask
+
+    if args.torch is not None:
+        raise HarnessError("--transform with --torch: the transformed files are of the export's torch only; drop --torch")
+    tables = ask.transform_tables(args.transform, args.results)
+    if args.json and len(tables) > 1:
+        names = ", ".join(name for name, _, _ in tables)
+        raise HarnessError(f"--transform {args.transform} names {len(tables)} transforms ({names}); --json answers one: name it")
+    code = 0
+    for i, (name, table, says) in enumerate(tables):
+        asked = ask.ask(
+            args.runtime, provider=args.provider, exporter=args.exporter, results=str(table), cases=_cases(args) or (),
+            corpus=args.corpus, everything=args.all, platform=args.platform,
+        )  # fmt: skip
+        if args.json:
+            print(json.dumps({**ask.to_json(asked), "transform": name}, ensure_ascii=False, indent=1))
+        else:
+            print(("\n" if i else "") + f"Transformed with {name} ({says}):\n" + ask.text(asked))
+        code = max(code, asked.code)
+    return code
 
 
 def _ranges(opsets: tuple[int, ...]) -> str:

@@ -133,6 +133,39 @@ def ask(
     return dataclasses.replace(asked, notes=tuple(notes), narrower=fewer[0] if fewer else "")
 
 
+def transform_tables(name: str, results: str | None) -> list[tuple[str, Path, str]]:
+    """The published tables of transform ``name`` — ``(transform, its matrix.jsonl, what it does)`` — found through the
+    ``transforms.json`` of a folder of transform tables (``results/quantized/``) in ``results`` or one level below;
+    a family name (``int8-qdq``) names each of its members (``int8-qdq-u8``, ``int8-qdq-s8``).
+
+    Raises:
+        HarnessError: no published table of such a transform (one line naming the transforms there are).
+    """
+    root = Path(results) if results else published.default_results()
+    if root.is_file():
+        root = root.parent
+    summaries = [root / published.TRANSFORM_SUMMARY] + sorted(root.glob(f"*/{published.TRANSFORM_SUMMARY}"))
+    found: list[tuple[str, Path, str]] = []
+    known: list[str] = []
+    for summary in summaries:
+        if not summary.is_file():
+            continue
+        with published.reading(summary):
+            data = json.loads(published.read_text(summary, "a transforms.json as harness transform-report writes it"))
+        for t in data.get("transforms", []) if isinstance(data, dict) else []:
+            member = str(t.get("transform", ""))
+            known.append(member)
+            if (member == name or member.startswith(name + "-")) and not t.get("problem"):
+                found.append((member, summary.parent / str(t.get("table", member)) / "matrix.jsonl", str(t.get("says", ""))))
+    if not found:
+        listed = f"the published ones are {', '.join(known)}" if known else f"none is published under {root}"
+        raise HarnessError(
+            f"--transform {name}: no published table of it ({listed}); publish it with "
+            "`nox -s matrix -- --profile quantized`"
+        )
+    return found
+
+
 def torch_table_of(release: str, results: str | None) -> Path:
     """The table of one torch release: the default table where that release is the one it was exported with (the
     torch table's newest release is the default table's measurement), else ``<results>/<release>`` (by default the

@@ -43,6 +43,12 @@ TORCH_TABLE_FILES = frozenset({"README.md", "index.html", TORCH_SUMMARY})
 """What ``harness torch-report`` writes in a folder of torch release tables (``results/torch/``), beside the release
 tables themselves: with ``torch.json`` there, such a folder is a profile published inside a results folder."""
 
+TRANSFORM_SUMMARY = "transforms.json"
+TRANSFORM_TABLE_FILES = frozenset({"README.md", TRANSFORM_SUMMARY})
+"""What ``harness transform-report`` writes in a folder of transform tables (``results/quantized/``), beside the tables
+themselves (one per transform): with ``transforms.json`` there, such a folder is a profile published inside a results
+folder."""
+
 KEPT = frozenset({lock.NAME, lock.STAGE, "device.json", "device_check.log"})
 """What a report's folder holds that the report does not write, and keeps: its locks, and the facts of the
 GPU machine that measured it (``bench/device_check.sh collect`` writes them beside its report)."""
@@ -73,8 +79,8 @@ def _kept(folder: Path) -> tuple[list[str], str | None]:
     keep: list[str] = []
     names = sorted(entry.name for entry in folder.iterdir())
     # a folder of torch release tables (results/torch/): the table across them, no matrix.jsonl of its own
-    across = TORCH_SUMMARY in names and "matrix.jsonl" not in names
-    owned = TORCH_TABLE_FILES if across else REPORT_FILES
+    across = (TORCH_SUMMARY in names or TRANSFORM_SUMMARY in names) and "matrix.jsonl" not in names
+    owned = (TRANSFORM_TABLE_FILES if TRANSFORM_SUMMARY in names else TORCH_TABLE_FILES) if across else REPORT_FILES
     if not across and any(n in REPORT_FILES for n in names) and "matrix.jsonl" not in names:
         return [], f"{folder} holds {next(n for n in names if n in REPORT_FILES)} but no matrix.jsonl"
     for name in names:

@@ -29,6 +29,10 @@ def _no_fault(_: CellRecord) -> Mapping[str, Any] | None:
     return None
 
 
+def _no_transform(_: CellRecord) -> str | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What a published value needs beyond its cell: where its reproducer was written (the report decides), whether a
@@ -38,6 +42,11 @@ class Context:
     repro: Callable[[CellRecord], str | None] = _no_repro
     nvidia: Callable[[str], bool] = _not_nvidia
     fault: Callable[[CellRecord], Mapping[str, Any] | None] = _no_fault
+    transform: Callable[[CellRecord], str | None] = _no_transform
+    """The transform that made the cell's file (a table of transformed files: ``int8-qdq-u8``), or None."""
+    drift: Callable[[CellRecord], Mapping[str, Any] | None] = _no_fault
+    """How far the cell's outputs on a transformed file are from torch's fp32 outputs
+    (:mod:`harness.numeric.drift`), or None."""
 
 
 Getter = Callable[[CellRecord, Context], Any]
@@ -168,6 +177,15 @@ def _platform(c: CellRecord, _: Context) -> Any:
     return {"name": named, "how": c.env.get("how") or "?", "isa": c.env.get("isa") or "?"}
 
 
+def _drift_text(c: CellRecord, ctx: Context) -> str:
+    d = ctx.drift(c)
+    if not d:
+        return ""
+    top1 = f", top-1 agreement {d['top1']:.0%}" if d.get("top1") is not None else ""
+    flag = f" — over the {d['limit']:g} this transform should cost" if d.get("flagged") else ""
+    return f"max |out − torch fp32| {d['max_abs']:.3g} ({d['max_rel']:.3g} of its scale){top1}{flag}"
+
+
 def _error(c: CellRecord, _: Context) -> Any:
     """A broken environment is one record: it keeps its whole diagnosis (other cells' full errors stay in the shard)."""
     return c.error if c.error_class == Outcome.NO_ENVIRONMENT.error_class else OMIT
@@ -229,6 +247,8 @@ FIELDS: tuple[Field, ...] = (
     Field("latency", "object | null", "latency", jsonl=_latency),
     Field("gpu", "str", "GPU", jsonl=_gpu),
     Field("platform", "object", "platform", jsonl=_platform),
+    Field("transform", "str", "transform", jsonl=lambda c, ctx: ctx.transform(c)),
+    Field("drift", "object", "drift from torch fp32", jsonl=lambda c, ctx: ctx.drift(c), detail="drift", detail_value=_drift_text),
     Field("error", "str | null", "error", jsonl=_error, optional=False),
 )
 # fmt: on

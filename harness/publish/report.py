@@ -58,7 +58,7 @@ from harness.config.matrix import Profile, version_tuple
 from harness.core import schema
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, ExportRecord, Status, by_written_opset, spread
-from harness.numeric import across
+from harness.numeric import across, drift
 from harness.publish import gpu_outputs as gpuref
 from harness.publish import history, markdown, page, plots
 from harness.publish.markdown import LEGEND
@@ -214,7 +214,9 @@ def _build(
     faults = fault.assign(cells, facts, loads, runtime_order(rt.pin for rt in profile.runtimes), spec_missing)
     by_cell = {key: f.published() for key, f in faults.items()}
     repros = write_repros(out, results, cells, exports, constraints, stage, loads, faults=faults)
-    ctx = _context(repros, by_cell)
+    made = {r.key.id: str(r.transform["name"]) for r in exports if r.transform.get("name")}
+    drifts = drift.measure(out, raw, exports) if made else {}
+    ctx = _context(repros, by_cell, made, drifts)
     _write_lines(stage, results / "matrix.jsonl", (schema.published(c, ctx) for c in sorted(raw, key=lambda c: c.key)))
     cards = _cards(exports)
     stage.write_text(results / CASES, json.dumps(cards, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
@@ -273,6 +275,8 @@ def _build(
         summary = across.measure(out, raw, profile.platforms)
         stage.write_text(results / published.PLATFORMS, json.dumps(summary, indent=1, sort_keys=True) + "\n")
         text += "\n" + across.section(summary, profile.platforms)
+    if made:  # a table of transformed files: what each transform costs, per case and column
+        text += "\n" + drift.section(drifts, cells, exports)
     stage.write_text(results / "README.md", text)
     verdicts = _verdicts(cells, exports)
     pages = markdown.case_pages(
@@ -476,13 +480,22 @@ def _failures(cells: list[CellRecord], mine: list[str], providers: int) -> list[
     return lines
 
 
-def _context(repros: Mapping[str, str], faults: Mapping[str, Mapping[str, Any]]) -> schema.Context:
+def _context(
+    repros: Mapping[str, str],
+    faults: Mapping[str, Mapping[str, Any]],
+    made: Mapping[str, str] | None = None,
+    drifts: Mapping[str, Mapping[str, Any]] | None = None,
+) -> schema.Context:
     """What the published fields need beyond the cell: its reproducer's folder (only a failing cell's), which
-    providers are NVIDIA ones (a GPU cell names its GPU) and whose fault a failing cell is."""
+    providers are NVIDIA ones (a GPU cell names its GPU), whose fault a failing cell is and, in a table of transformed
+    files, the transform that made each and how far its outputs drifted from torch's fp32 ones."""
+    made, drifts = made or {}, drifts or {}
     return schema.Context(
         repro=lambda c: repros.get(c.artifact.id) if c.status in FAILING else None,
         nvidia=lambda provider: runtimes.provider(provider).nvidia,
         fault=lambda c: faults.get(c.key),
+        transform=lambda c: made.get(c.artifact.id),
+        drift=lambda c: drifts.get(c.key),
     )
 
 

@@ -1,0 +1,261 @@
+"""The tables of a profile's transforms gathered (profile ``quantized``: ``results/quantized/``): per transform, runtime
+and platform, how many transformed files run right; the verdicts that change with the runtime's version or with the
+platform; what each transform costs against torch's fp32 outputs. ``README.md`` and ``transforms.json`` (schema
+``harness.transforms/1``) written beside the tables, one per transform (``results/quantized/int8-qdq-u8/``, each a
+whole table as ``harness report --transform NAME`` wrote it), through the same staged swap as every report.
+
+Read from the published tables alone (each checked whole: :func:`harness.answer.published.check_table`); a table that
+is missing, not whole or partial is said as such and its transform left out of every count, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.answer import published
+from harness.config import platforms, transforms
+from harness.config.matrix import Matrix, Profile, version_tuple
+from harness.core import schema
+from harness.core.errors import HarnessError
+from harness.core.records import CellRecord, Status
+from harness.publish.staged import publishing
+
+SCHEMA = "harness.transforms/1"
+_ORDER = {s: s.severity for s in Status}
+
+
+def write(matrix: Matrix, profile: Profile, out: Path, results: Path) -> dict[str, Any]:
+    """Publish the summary of ``profile``'s transform tables in ``results``; returns it (``transforms.json``).
+
+    Raises:
+        HarnessError: the profile lists no transforms, or no transform has a whole table.
+    """
+    if not profile.transforms:
+        raise HarnessError(f"profile {profile.name!r} lists no transforms; `harness transform-report` reads a profile that does")
+    tables = [Table.read(name, results / name) for name in profile.transforms]
+    if all(t.problem for t in tables):
+        raise HarnessError(
+            f"{results}: no transform has a whole table ({tables[0].name}: {tables[0].problem}); "
+            f"run `nox -s matrix -- --profile {profile.name}`"
+        )
+    summary = compose(profile, tables)
+    text = render(profile, tables, summary)
+    with publishing(results, "transform-report") as stage:
+        stage.folder(results)
+        stage.write_text(results / "README.md", text)
+        stage.write_text(results / published.TRANSFORM_SUMMARY, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return summary
+
+
+class Table:
+    """One transform's published table: its cells folded per artifact and column, its cells' drift."""
+
+    def __init__(self, name: str, folder: Path, problem: str | None, cells: list[CellRecord], drift: dict[str, Any], env: dict[str, Any]):
+        self.name, self.folder, self.problem, self.cells, self.drift, self.env = name, folder, problem, cells, drift, env
+
+    @classmethod
+    def read(cls, name: str, folder: Path) -> Table:
+        table = folder / "matrix.jsonl"
+        if not table.is_file():
+            return cls(name, folder, f"no table at {table}", [], {}, {})
+        try:
+            env = published.check_table(table, sealed=True)
+            partial = published.read_partial(table)
+            if partial:
+                return cls(name, folder, f"partial: {', '.join(partial[:3])}", [], {}, env)
+            cells: list[CellRecord] = []
+            drift: dict[str, Any] = {}
+            with open(table, encoding="utf-8") as f:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    data = json.loads(line)
+                    cell = schema.record(data)
+                    cells.append(cell)
+                    if isinstance(data.get("drift"), dict):
+                        drift[cell.key] = data["drift"]
+        except (HarnessError, OSError, ValueError, KeyError, TypeError) as exc:
+            return cls(name, folder, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, [], {}, {})
+        return cls(name, folder, None, published.spread_wide(cells), drift, env)
+
+    def folded(self) -> dict[tuple[str, str, int], dict[str, CellRecord]]:
+        """(case, exporter, opset) → column → the worst cell over its probes."""
+        found: dict[tuple[str, str, int], dict[str, CellRecord]] = defaultdict(dict)
+        for c in self.cells:
+            slot = found[(c.case, c.exporter, c.opset)]
+            col = column(c)
+            if col not in slot or c.status.severity > slot[col].status.severity:
+                slot[col] = c
+        return found
+
+
+def column(c: CellRecord) -> str:
+    """``1.20.1 x86-64-v3``: the runtime's version and the platform (the provider where the column has none)."""
+    version = c.runtime.partition("==")[2] or c.runtime
+    return f"{version} {platforms.of(c.provider) or c.provider}"
+
+
+def _column_key(col: str) -> tuple[Any, ...]:
+    version, _, where = col.partition(" ")
+    return (where, version_tuple(version))
+
+
+def compose(profile: Profile, tables: Sequence[Table]) -> dict[str, Any]:
+    """The facts: per transform and column the verdicts counted, the changes, the drift per case."""
+    facts: dict[str, Any] = {"schema": SCHEMA, "profile": profile.name, "transforms": [], "changes": []}
+    for t in tables:
+        spec = transforms.get(t.name)
+        entry: dict[str, Any] = {
+            "transform": t.name,
+            "tool": spec.tool,
+            "says": spec.says,
+            "rule": spec.rule,
+            "scaled": spec.scaled,
+            "drift_limit": spec.drift,
+            "table": t.name,
+            "problem": t.problem,
+        }
+        if t.problem:
+            facts["transforms"].append(entry)
+            continue
+        versions = t.env.get("versions") if isinstance(t.env.get("versions"), dict) else {}
+        entry["measured_with"] = {k: v for k, v in versions.items() if k.startswith("transform:")} if versions else {}
+        folded = t.folded()
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for by_col in folded.values():
+            for col, c in by_col.items():
+                counts[col][c.status.value] += 1
+        entry["columns"] = {col: dict(sorted(counts[col].items())) for col in sorted(counts, key=_column_key)}
+        entry["not_applicable"] = sorted({f"{k[0]} {k[1]} {k[2]}" for k, by in folded.items() if all(_not_applicable(c) for c in by.values())})
+        entry["drift"] = _drift_by_case(t)
+        facts["transforms"].append(entry)
+        facts["changes"].extend(changes(t.name, folded))
+    return facts
+
+
+def _not_applicable(c: CellRecord) -> bool:
+    return c.status is Status.SKIPPED and c.error_class == "Skipped" and "nothing to transform" in (c.error_line or "")
+
+
+def changes(name: str, folded: Mapping[tuple[str, str, int], Mapping[str, CellRecord]]) -> list[dict[str, Any]]:
+    """Every artifact whose verdict is not the same across the runtimes of one platform (``runtime``) or across the
+    platforms of one runtime (``platform``): each with the verdict of every column."""
+    found = []
+    for (case, exporter, opset), by_col in sorted(folded.items()):
+        measured = {col: c for col, c in by_col.items() if c.status not in (Status.UNAVAILABLE, Status.ENV_ERROR)}
+        by_platform: dict[str, dict[str, str]] = defaultdict(dict)
+        by_runtime: dict[str, dict[str, str]] = defaultdict(dict)
+        for col, c in measured.items():
+            version, _, where = col.partition(" ")
+            by_platform[where][version] = c.status.value
+            by_runtime[version][where] = c.status.value
+        kinds = [k for k, groups in (("runtime", by_platform), ("platform", by_runtime)) if any(len(set(g.values())) > 1 for g in groups.values())]
+        if kinds:
+            found.append(
+                {
+                    "transform": name, "case": case, "exporter": exporter, "opset": opset, "changes_with": kinds,
+                    "verdicts": {col: measured[col].status.value for col in sorted(measured, key=_column_key)},
+                    "lines": sorted({f"{col}: {c.error_line}" for col, c in measured.items() if c.status is not Status.PASS and c.error_line})[:4],
+                }
+            )  # fmt: skip
+    return found
+
+
+def _drift_by_case(t: Table) -> dict[str, dict[str, Any]]:
+    """Per case: the worst drift of any cell (of its scale), the lowest top-1 agreement, how many cells are flagged."""
+    by_case: dict[str, dict[str, Any]] = {}
+    for c in t.cells:
+        d = t.drift.get(c.key)
+        if not d:
+            continue
+        e = by_case.setdefault(c.case, {"worst": 0.0, "top1": None, "flagged": 0, "cells": 0})
+        e["cells"] += 1
+        e["worst"] = max(e["worst"], float(d.get("max_rel") or 0.0))
+        e["flagged"] += bool(d.get("flagged"))
+        if d.get("top1") is not None:
+            e["top1"] = d["top1"] if e["top1"] is None else min(e["top1"], d["top1"])
+    return dict(sorted(by_case.items()))
+
+
+def _symbol(status: str) -> str:
+    try:
+        return Status(status).symbol
+    except ValueError:
+        return "?"
+
+
+def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) -> str:
+    """The README of the folder of transform tables."""
+    lines = [
+        f"# The step after export: {', '.join(profile.transforms)}",
+        "",
+        "What users do to an exported fp32 file before shipping it, run on every runtime and platform of profile "
+        f"`{profile.name}`. A transformed file is judged against the ONNX specification's answer on **the same file** "
+        "(the ONNX reference evaluator, with a reference of `MatMulNBits`'s documented semantics): a cell passes when the "
+        "runtime computes what the file says, within the transform's stated tolerance; its drift from torch's fp32 "
+        "output is published beside, as a number, never as a pass. In each transform's table, \"torch\" in a cell's "
+        "error line names that reference (the specification's answer), not torch's own output.",
+        "",
+        "| transform | tool | what it does | tolerance against the spec | drift flagged past | table |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in facts["transforms"]:
+        where = f"[{e['table']}/]({e['table']}/README.md)" if not e.get("problem") else f"not whole: {e['problem']}"
+        lines.append(
+            f"| {e['transform']} | `{e['tool']}` | {e['says']} | {e['rule']} | {e['drift_limit']:g} of the output's scale | {where} |"
+        )
+    lines += ["", "## Which transforms run right, per runtime and platform", ""]
+    lines.append(
+        "Transformed files (case × exporter × opset) per column, the worst verdict over their probes: ✓ pass, ≠ mismatch "
+        "with the specification's answer, L load-fail, R run-fail, E the transform itself failed, – skipped (nothing to "
+        "transform, or no answer from the specification: its reason is in the table)."
+    )
+    lines.append("")
+    cols = sorted({col for e in facts["transforms"] for col in e.get("columns", {})}, key=_column_key)
+    if cols:
+        lines.append("| transform | " + " | ".join(cols) + " |")
+        lines.append("|---|" + "---|" * len(cols))
+        for e in facts["transforms"]:
+            if e.get("problem"):
+                continue
+            row = []
+            for col in cols:
+                counts = e["columns"].get(col, {})
+                row.append(" ".join(f"{_symbol(s)}{n}" for s, n in sorted(counts.items(), key=lambda kv: _ORDER.get(Status(kv[0]), 0))))
+            lines.append(f"| {e['transform']} | " + " | ".join(row) + " |")
+    lines += ["", "## Verdicts that change with the runtime version or the platform", ""]
+    changed = facts["changes"]
+    if not changed:
+        lines.append("None: on every transformed file, every runtime of a platform gives the same verdict, and every "
+                     "platform of a runtime does.")
+    else:
+        by_kind = {k: sum(1 for c in changed if k in c["changes_with"]) for k in ("runtime", "platform")}
+        lines.append(
+            f"{len(changed)} transformed file(s) change verdict: {by_kind['runtime']} with the runtime's version, "
+            f"{by_kind['platform']} with the platform."
+        )
+        lines += ["", "| transform | case | exporter | opset | changes with | verdicts |", "|---|---|---|---|---|---|"]
+        for c in changed:
+            verdicts = ", ".join(f"{col} {_symbol(s)}" for col, s in c["verdicts"].items())
+            lines.append(f"| {c['transform']} | {c['case']} | {c['exporter']} | {c['opset']} | {', '.join(c['changes_with'])} | {verdicts} |")
+    lines += ["", "## What each transform costs", ""]
+    lines.append(
+        "Per case, the worst drift of any cell from torch's fp32 output (max |out − fp32| over the output's largest "
+        "|fp32|), the lowest top-1 agreement where the output is scores over classes, and the cells flagged (past the "
+        "transform's limit: what a user meets as \"quantization broke my model\")."
+    )
+    for e in facts["transforms"]:
+        if e.get("problem") or not e.get("drift"):
+            continue
+        lines += ["", f"**{e['transform']}**", "", "| case | worst drift | lowest top-1 | flagged cells |", "|---|---|---|---|"]
+        for case, d in e["drift"].items():
+            top = f"{d['top1']:.0%}" if d["top1"] is not None else ""
+            lines.append(f"| {case} | {d['worst']:.2g} | {top} | {d['flagged']} of {d['cells']} |")
+    problems = [e for e in facts["transforms"] if e.get("problem")]
+    if problems:
+        lines += ["", "## Not whole", ""] + [f"- {e['transform']}: {e['problem']}" for e in problems]
+    return "\n".join(lines) + "\n"
