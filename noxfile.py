@@ -159,18 +159,20 @@ def _has_editable_harness(session: nox.Session) -> bool:
 
 def _common(ns: argparse.Namespace) -> list[str]:
     release = ["--torch", ns.torch] if getattr(ns, "torch", None) else []
-    within = ["--transform", ns.within] if getattr(ns, "within", None) else []  # one transform's build folder and table
+    # transforms' build folders (run: each in turn, in one process) or one transform's table (report)
+    within = [a for name in getattr(ns, "within", None) or () for a in ("--transform", name)]
     return ["--matrix", str(ROOT / "matrix.toml"), "--profile", ns.profile, "--out", ns.out, *release, *within]
 
 
 def _transforms(ns: argparse.Namespace) -> list[str]:
-    """The transforms of this run: the profile's, or the one ``--transform`` names."""
+    """The transforms of this run: the profile's, or those ``--transform`` names."""
     listed = list(MATRIX.profile(ns.profile).transforms)
-    return [ns.transform] if getattr(ns, "transform", None) in listed else listed
+    named = [t for t in getattr(ns, "transform", None) or () if t in listed]
+    return named or listed
 
 
-def _within(ns: argparse.Namespace, name: str) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(ns), "within": name})
+def _within(ns: argparse.Namespace, *names: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(ns), "within": list(names)})
 
 
 TORCH_RELEASES = sorted({r for p in MATRIX.profiles.values() for r in p.torch}, key=version_tuple)
@@ -420,9 +422,8 @@ def run(session: nox.Session, runtime: str) -> None:
             session.log(f"torch {release}: its export did not finish: not run")
         elif ns.force or _plan(ns, release).runs[rt.id] is not None:
             session.run(*command, *_common(_with_release(ns, release)), "--runtime", rt.pin, *extra, env=env)
-    if MATRIX.profile(ns.profile).transforms:  # each transform's files, in its own build folder
-        for name in _transforms(ns):
-            _run_platforms(session, _within(ns, name), rt, command, extra, env, unmeasured=missing)
+    if MATRIX.profile(ns.profile).transforms:  # every transform's folder, in one process per column
+        _run_platforms(session, _within(ns, *_transforms(ns)), rt, command, extra, env, unmeasured=missing)
     elif not releases:
         _run_platforms(session, ns, rt, command, extra, env, unmeasured=missing)
     location = Path(getattr(session.virtualenv, "location", "") or "")

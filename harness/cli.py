@@ -42,10 +42,11 @@ def _profile_arg(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--transform",
+        action="append",
         default=None,
         metavar="NAME",
-        help="one transform of a profile that lists them (int8-qdq-u8, fp16, ...): its build folder is "
-        "<out>/transforms/NAME, its table <results>/NAME",
+        help="a transform of a profile that lists them (int8-qdq-u8, fp16, ...): its build folder is "
+        "<out>/transforms/NAME, its table <results>/NAME (run: repeatable, each in turn in one process)",
     )
 
 
@@ -436,19 +437,34 @@ def _dispatch(args: argparse.Namespace) -> int:
             out = profile.torch_out(out, args.torch)
     elif getattr(args, "torch", None) is not None:
         raise HarnessError(f"--torch: `harness {args.command}` takes no torch release; drop it")
+    code = 0
+    for folder in _transform_scope(args, profile, out):  # the build folder, or each named transform's in turn
+        code = max(code, _locked(args, matrix, profile, folder))
+    return code
+
+
+def _transform_scope(args: argparse.Namespace, profile: Profile, out: Path) -> list[Path]:
+    """The build folders the command acts on: ``out``, or for ``--transform`` each named transform's (``run`` takes
+    several, in turn in this one process: an emulated platform's interpreter and workers start once, not once per
+    transform; ``report`` one, whose table is then ``<results>/<name>``)."""
     named = getattr(args, "transform", None)
-    if named is not None:
-        if named not in profile.transforms:
+    if not named or args.command == "transform":
+        return [out]
+    for name in named:
+        if name not in profile.transforms:
             listed = ", ".join(profile.transforms) or "none"
-            raise HarnessError(f"--transform {named}: profile {profile.name!r} lists {listed}; use one of them")
-        if args.command in TRANSFORM_SCOPED:  # the build folder and table of that transform
-            if args.command == "report":
-                args.results = str(
-                    profile.transform_results(out, named) if args.results is None else Path(args.results) / named
-                )
-            out = profile.transform_out(out, named)
-        elif args.command != "transform":
-            raise HarnessError(f"--transform: `harness {args.command}` takes no transform; drop it")
+            raise HarnessError(f"--transform {name}: profile {profile.name!r} lists {listed}; use one of them")
+    if args.command not in TRANSFORM_SCOPED:
+        raise HarnessError(f"--transform: `harness {args.command}` takes no transform; drop it")
+    if args.command == "report":
+        if len(named) > 1:
+            raise HarnessError(f"--transform: `harness report` publishes one transform's table; name one, not {len(named)}")
+        args.results = str(profile.transform_results(out, named[0]) if args.results is None else Path(args.results) / named[0])
+    return [profile.transform_out(out, name) for name in named]
+
+
+def _locked(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
+    """The command on build folder ``out``, holding its lock (and its results folder's) where it writes them."""
     if args.command in WRITERS:  # one writer per build folder (and per results folder): harness.store.lock
         from harness.answer import published
 
@@ -625,7 +641,7 @@ def _spec(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path)
 def _transform(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
     from harness.transform import stage
 
-    names = [args.transform] if args.transform else list(profile.transforms)
+    names = list(args.transform) if args.transform else list(profile.transforms)
     if not names:
         raise HarnessError(
             f"profile {profile.name!r} lists no transforms; add transforms = [...] to it in matrix.toml "
@@ -642,10 +658,10 @@ def _transform(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: 
 
 
 def _transform_report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.publish import transform_report
+    from harness.publish import tables
 
     results = Path(args.results) if args.results else profile.results(out)
-    summary = transform_report.write(matrix, profile, out, results)
+    summary = tables.write_transforms(profile, results)
     missing = [t["transform"] for t in summary["transforms"] if t.get("problem")]
     print(
         f"transform-report: {len(summary['transforms'])} transforms, {len(summary['changes'])} verdicts that change "
@@ -692,10 +708,10 @@ def _report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Pat
 
 
 def _torch_report(args: argparse.Namespace, matrix: Matrix, profile: Profile, out: Path) -> int:
-    from harness.publish import torch_report
+    from harness.publish import tables
 
     results = Path(args.results) if args.results else profile.results(out)
-    summary = torch_report.write(matrix, profile, results)
+    summary = tables.write_torch(matrix, profile, results)
     missing = [r["torch"] for r in summary["releases"] if r["problem"]]
     print(
         f"torch-report: {len(summary['releases'])} releases, {len(summary['changes'])} verdicts that change with the "

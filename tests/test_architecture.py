@@ -33,15 +33,18 @@ ALLOWED = {
     "run": {"core", "config", "store", "numeric", "pool"},
     "spec": {"core", "config", "store", "numeric", "pool"},
     "publish": {"core", "config", "store", "numeric", "answer"},
+    "transform": {"core", "config", "store", "numeric", "pool", "export"},
 }
 """Folder → the folders it may import besides itself. The four stages (export, spec, run, publish) import no other
-stage; ``answer`` reads a published table and is read by the report (the README states the answer); the command
+stage; the transform stage, the step after export, records its files' localization data as the export does (with
+``harness.export.node_values``, which imports torch only for a dynamo program, never given here); ``answer`` reads a published table and is read by the report (the README states the answer); the command
 line (``cli``, ``__main__``) may import anything and nothing imports it."""
 
 ENVIRONMENTS = {
     "harness.export.stage": {"pandas", "tabulate"},
     "harness.run.stage": {"torch", "onnx", "onnxscript", "pandas", "tabulate", "transformers"},
     "harness.spec.stage": {"torch", "onnxscript", "onnxruntime", "pandas", "tabulate", "transformers"},
+    "harness.transform.stage": {"torch", "onnxscript", "pandas", "tabulate", "transformers"},
     "harness.publish.report": {"torch", "onnxscript", "onnxruntime", "transformers"},
     "harness.answer.recommend": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
@@ -54,10 +57,13 @@ alone. No module it imports may import them, even inside a function (:data:`LAZY
 
 LAZY = {
     "harness.store.frontier": {"onnx", "onnxruntime", "numpy"},
+    "harness.export.node_values": {"torch"},
 }
 """The one module that imports, inside its functions, libraries of two environments: the frontier's models are
 written with ``onnx`` in the export environment (``write_models``) and loaded with ``onnxruntime`` in each run
-environment (``measure``); the report and ``recommend`` only read its files. Any other such import is refused."""
+environment (``measure``); the report and ``recommend`` only read its files. ``node_values`` records a file's node
+values with onnxruntime in the export environment and in the transform environment, and imports torch only for a
+dynamo program's torch side, which only the export hands it. Any other such import is refused."""
 
 MAX_MODULES = 9
 """The most modules (``__init__`` aside) one folder holds."""

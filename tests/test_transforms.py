@@ -22,7 +22,7 @@ from harness.config.matrix import load
 from harness.core.errors import HarnessError
 from harness.core.records import CellRecord, Stage, Status
 from harness.numeric import drift
-from harness.publish import transform_report
+from harness.publish import tables
 from harness.transform import reference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,10 @@ def _matrix(tmp_path: Path, profile: str, top: str = "") -> Path:
     ("profile", "pattern"),
     [
         ('[profiles.t]\nruntimes = ["onnxruntime==1.32.0"]\nopsets = [17]\ntransforms = ["int9"]', "unknown transform 'int9'"),
-        ('[profiles.t]\nruntimes = ["onnxruntime==1.32.0"]\nopsets = [17]\ntransforms = ["fp16", "fp16"]', "lists 'fp16' twice; remove the duplicate"),
+        (
+            '[profiles.t]\nruntimes = ["onnxruntime==1.32.0"]\nopsets = [17]\ntransforms = ["fp16", "fp16"]',
+            "lists 'fp16' twice; remove the duplicate",
+        ),
         (
             '[profiles.t]\nruntimes = ["onnxruntime==1.32.0"]\nopsets = [17]\ntorch = ["2.13.0"]\ntransforms = ["fp16"]',
             "transforms and torch releases in one profile are not supported",
@@ -163,7 +166,7 @@ def test_an_unpinned_transform_tool_is_refused(tmp_path: Path) -> None:
     text = (ROOT / "matrix.toml").read_text().replace('"onnxconverter-common==1.16.0"', '"onnxconverter-common>=1.16"', 1)
     (tmp_path / "matrix.toml").write_text(text)
     (tmp_path / "models").symlink_to(ROOT / "models")
-    with pytest.raises(HarnessError, match="is not pinned; write name==X.Y.Z"):
+    with pytest.raises(HarnessError, match=r"is not pinned; write name==X\.Y\.Z"):
         load(tmp_path / "matrix.toml")
 
 
@@ -205,8 +208,8 @@ def test_the_summary_names_verdicts_that_change_with_the_runtime_or_the_platform
         _cell("c", "1.32.0", "x86-64-v4", Status.PASS),
         _cell("c", "1.32.0", "aarch64", Status.PASS),
     ]
-    table = transform_report.Table("int8-qdq-u8", Path("x"), None, cells, {}, {})
-    found = {c["case"]: c["changes_with"] for c in transform_report.changes("int8-qdq-u8", table.folded())}
+    table = tables.Table("int8-qdq-u8", Path("x"), None, cells, {}, {})
+    found = {c["case"]: c["changes_with"] for c in tables.changes("int8-qdq-u8", table.folded())}
     assert found == {"a": ["runtime"], "b": ["platform"]}
 
 
@@ -259,3 +262,28 @@ def test_the_smoke_quantized_profile_end_to_end(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert report.returncode == 2 and "fp32.npz differs from its recorded hash" in report.stderr
+
+
+def test_a_float16_op_is_computed_exactly_and_rounded_once_at_its_output() -> None:
+    """[300, 300, -300, -300] · [300, 300, 300, 300] is 0; numpy's float16 arithmetic overflows on the partial sum
+    (90,000 > 65,504) where neither the specification's op nor onnxruntime does."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    w = numpy_helper.from_array(np.full((4, 1), 300.0, np.float16), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 1])], [w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.array([[300.0, 300.0, -300.0, -300.0]], np.float16)
+    with np.errstate(all="ignore"):
+        naive = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert not np.isfinite(naive).all() or naive.item() == 0  # numpy's own float16 sum (how it fails depends on numpy)
+    assert reference.evaluator(model).run(None, {"x": x})[0].item() == 0.0
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert runtime.item() == 0.0

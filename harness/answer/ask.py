@@ -144,7 +144,7 @@ def transform_tables(name: str, results: str | None) -> list[tuple[str, Path, st
     root = Path(results) if results else published.default_results()
     if root.is_file():
         root = root.parent
-    summaries = [root / published.TRANSFORM_SUMMARY] + sorted(root.glob(f"*/{published.TRANSFORM_SUMMARY}"))
+    summaries = [root / published.TRANSFORM_SUMMARY, *sorted(root.glob(f"*/{published.TRANSFORM_SUMMARY}"))]
     found: list[tuple[str, Path, str]] = []
     known: list[str] = []
     for summary in summaries:

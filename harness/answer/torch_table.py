@@ -274,7 +274,7 @@ def written(r: Release) -> dict[str, str]:
 
 def compose(matrix: Matrix, profile: Profile, results: Path) -> dict[str, str]:
     """The table across releases, from the release tables in ``results``: ``README.md``, ``index.html`` and
-    ``torch.json`` by name, for :mod:`harness.publish.torch_report` to publish as one.
+    ``torch.json`` by name, for :func:`harness.publish.tables.write_torch` to publish as one.
 
     Raises:
         HarnessError: the profile lists no torch releases, or no release has a readable table.

@@ -248,7 +248,10 @@ FIELDS: tuple[Field, ...] = (
     Field("gpu", "str", "GPU", jsonl=_gpu),
     Field("platform", "object", "platform", jsonl=_platform),
     Field("transform", "str", "transform", jsonl=lambda c, ctx: ctx.transform(c)),
-    Field("drift", "object", "drift from torch fp32", jsonl=lambda c, ctx: ctx.drift(c), detail="drift", detail_value=_drift_text),
+    Field(
+        "drift", "object", "drift from torch fp32", jsonl=lambda c, ctx: ctx.drift(c), detail="drift",
+        detail_value=_drift_text,
+    ),
     Field("error", "str | null", "error", jsonl=_error, optional=False),
 )
 # fmt: on

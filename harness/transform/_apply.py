@@ -42,7 +42,7 @@ why."""
 def warm() -> None:
     """A worker imports the tools once."""
     import onnx.reference  # noqa: F401
-    import onnxruntime.quantization  # noqa: F401
+    import onnxruntime.quantization
     import onnxruntime.quantization.matmul_nbits_quantizer  # noqa: F401
 
     # The quantizer's advice and progress go to the root logger and to loggers of its own, artifact after artifact.
@@ -65,7 +65,10 @@ def versions() -> dict[str, str]:
 
 def apply(task: tuple[str, str, str, float, int | None, str]) -> dict[str, Any]:
     """``(source folder, destination folder, transform, reference timeout, intermediates budget, reference pin)`` →
-    the transformed artifact's record (as a dict), every file written."""
+    the transformed artifact's record (as a dict), every file written.
+
+    (Over 60 lines, on purpose: the files in the order each needs the one before — the transformed model, the spec's
+    answer on it, the references, the localization files, then the record that hashes them all.)"""
     src, dest, name, timeout, budget, reference_pin = Path(task[0]), Path(task[1]), task[2], task[3], task[4], task[5]
     t = transforms.get(name)
     rec = layout.read_record(src)
@@ -102,7 +105,7 @@ def apply(task: tuple[str, str, str, float, int | None, str]) -> dict[str, Any]:
     from harness.export import node_values
 
     tol = {"atol": base["atol"], "rtol": base["rtol"], "scaled": base["scaled"]}
-    ran = {p: {} for p in rec.probes if p not in probe_errors}
+    ran: dict[str, dict[str, Any]] = {p: {} for p in rec.probes if p not in probe_errors}
     t1 = time.perf_counter()
     try:
         info = node_values.prepare(dest, ran, **tol, outputs=rec.output_tolerance, timeout=timeout, budget=budget)
@@ -139,7 +142,9 @@ def _base(rec: ExportRecord, t: transforms.Transform, made: dict[str, Any], tool
     data = rec.to_dict()
     data.update(
         scaled=max(t.scaled, rec.scaled or 0.0),
-        output_tolerance={k: {**v, "scaled": max(t.scaled, float(v.get("scaled") or 0.0))} for k, v in rec.output_tolerance.items()},
+        output_tolerance={
+            k: {**v, "scaled": max(t.scaled, float(v.get("scaled") or 0.0))} for k, v in rec.output_tolerance.items()
+        },
         versions={**rec.versions, **{f"transform:{k}": v for k, v in tools.items()}},
         transform=made,
         cache_key=None,
@@ -220,7 +225,9 @@ def _transform(t: transforms.Transform, src: Path, rec: ExportRecord) -> tuple[A
         if t.name == "int8-dynamic":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(str(src / layout.MODEL), str(dst), weight_type=QuantType.QInt8, per_channel=False, reduce_range=False)
+            quantize_dynamic(
+                str(src / layout.MODEL), str(dst), weight_type=QuantType.QInt8, per_channel=False, reduce_range=False
+            )
             model = onnx.load(str(dst))
         elif t.name.startswith("int8-qdq"):
             from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -293,7 +300,8 @@ def _spec_answers(model: Any, src: Path, rec: ExportRecord) -> tuple[dict[str, l
     try:
         session = reference.evaluator(model)
     except Exception as exc:  # an op neither the evaluator nor harness.transform.reference answers for
-        why = f"the ONNX specification's answer cannot be computed (reference evaluator: {type(exc).__name__}: {first_line(str(exc), 200)})"
+        said = f"{type(exc).__name__}: {first_line(str(exc), 200)}"
+        why = f"the ONNX specification's answer cannot be computed (reference evaluator: {said})"
         return {}, dict.fromkeys(probes, why)
     takes = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     declared = [o.type.tensor_type.elem_type for o in model.graph.output]

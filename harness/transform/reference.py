@@ -47,8 +47,8 @@ def matmul_nbits(
     g_idx: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     *,
-    K: int,  # noqa: N803 (the op's attribute names)
-    N: int,  # noqa: N803
+    K: int,
+    N: int,
     bits: int = 4,
     block_size: int,
 ) -> np.ndarray:
@@ -77,13 +77,13 @@ def matmul_nbits(
 def _ops() -> list[type]:
     from onnx.reference.op_run import OpRun
 
-    class MatMulNBits(OpRun):  # noqa: D401 (the evaluator's interface)
+    class MatMulNBits(OpRun):
         op_domain = "com.microsoft"
 
         def _run(self, a, b, scales, zero_points=None, g_idx=None, bias=None, **attrs):  # type: ignore[no-untyped-def]
-            kw = {k: attrs.get(k, getattr(self, k, None)) for k in ("K", "N", "bits", "block_size")}
-            kw["bits"] = kw["bits"] or 4
-            return (matmul_nbits(a, b, scales, zero_points, g_idx, bias, **kw),)
+            got: dict[str, Any] = {k: attrs.get(k, getattr(self, k, None)) for k in ("K", "N", "bits", "block_size")}
+            k, n, bits, block = int(got["K"]), int(got["N"]), int(got["bits"] or 4), int(got["block_size"])
+            return (matmul_nbits(a, b, scales, zero_points, g_idx, bias, K=k, N=n, bits=bits, block_size=block),)
 
     return [MatMulNBits]
 
@@ -125,7 +125,7 @@ def _qdq(opset: int) -> list[type]:
     class QuantizeLinear(builtin):  # type: ignore[valid-type,misc]
         op_domain = ""
 
-        def _run(self, x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, **kw):  # type: ignore[no-untyped-def,override]
+        def _run(self, x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, **kw):  # type: ignore[no-untyped-def]
             target = y_zero_point.dtype.name if y_zero_point is not None else "uint8"
             if not block_size and not output_dtype and target in _INTEGER and np.asarray(y_scale).ndim <= 1:
                 return (quantize(np.asarray(x), np.asarray(y_scale), y_zero_point, axis),)
@@ -148,11 +148,35 @@ def _qdq(opset: int) -> list[type]:
 
 def evaluator(model: Any) -> Any:
     """The ONNX reference evaluator of ``model`` (a ModelProto), with the contrib ops of :data:`CONTRIB` and the
-    quantization ops of :func:`_qdq`."""
+    quantization ops of :func:`_qdq`, each float16 op computed in float32 and its output rounded to float16
+    (:func:`_rounded_at_outputs`)."""
     from onnx.reference import ReferenceEvaluator
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_SINCE)
     ops = _ops() + _qdq(opset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ReferenceEvaluator(model, new_ops=ops)
+        session = ReferenceEvaluator(model, new_ops=ops)
+    for node in getattr(session, "rt_nodes_", None) or ():
+        if node.onnx_node.op_type != "Cast":
+            node.run = _rounded_at_outputs(node.run)
+    return session
+
+
+def _rounded_at_outputs(run: Any) -> Any:
+    """An op of a float16 file as the specification defines it: the op's result on its float16 inputs, exactly, then
+    rounded to float16 once, at its output. numpy's float16 arithmetic rounds inside an op too (each partial sum of
+    a MatMul, the mean and variance of a LayerNormalization), which no runtime does and which makes a sum of
+    64 products overflow where the exact one does not; here the op runs on its inputs widened to float32 and its
+    float32 outputs are rounded back to float16. (A Cast is left as it is: its output type is its attribute.)"""
+
+    def rounded(*args: Any, **kwargs: Any) -> Any:
+        halves = [isinstance(a, np.ndarray) and a.dtype == np.float16 for a in args]
+        if not any(halves):
+            return run(*args, **kwargs)
+        wide = [a.astype(np.float32) if h else a for a, h in zip(args, halves)]  # noqa: B905 (same length)
+        outs = run(*wide, **kwargs)
+        with np.errstate(over="ignore"):
+            return tuple(o.astype(np.float16) if isinstance(o, np.ndarray) and o.dtype == np.float32 else o for o in outs)
+
+    return rounded

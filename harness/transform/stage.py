@@ -193,7 +193,8 @@ def _broken(dest: Path, rec: ExportRecord, name: str, tools: dict[str, str], wan
     if outcome.kind == "timeout":
         error_class, line = "TransformTimeout", f"{name}: the transform took over its budget"
     elif isinstance(outcome.value, tuple):  # (type, message, traceback)
-        error_class, line = "HarnessBug", f"{name}: the transform's worker failed: {outcome.value[0]}: {first_line(str(outcome.value[1]))}"
+        said = f"{outcome.value[0]}: {first_line(str(outcome.value[1]))}"
+        error_class, line = "HarnessBug", f"{name}: the transform's worker failed: {said}"
     else:
         error_class, line = "TransformCrash", f"{name}: the transform's worker died: {first_line(str(outcome.value))}"
     dest.mkdir(parents=True, exist_ok=True)
@@ -216,17 +217,17 @@ def _write_folder(
     measure of them) is the folder's too, linked, so a runtime's frontier is measured once for the export and every
     transform."""
     (dest_out / layout.EXPORT_STAMP).unlink(missing_ok=True)
-    link = dest_out / frontier.FOLDER
-    if not link.is_symlink():
-        if link.is_dir():
-            shutil.rmtree(link)
-        link.symlink_to(Path("..") / ".." / frontier.FOLDER, target_is_directory=True)
+    _link(dest_out / frontier.FOLDER, Path("..") / ".." / frontier.FOLDER)
+    # What a runtime's environment holds is the environment's, whatever folder it runs: probed once for every transform
+    # (an emulated platform's probe is an interpreter started under qemu).
+    _link(dest_out / ENVS, Path("..") / ".." / ".." / ENVS)
     ids = [r.key.id for r in records]
     cache.write_json(dest_out / layout.MANIFEST, {"artifacts": ids, "transform": name})
     version = tools["onnx"]
     facts = {r.key.id: _fact(r, version) for r in records if r.ok}
-    artifacts = {r.key.id: {"digest": r.digest, "key": r.cache_key} for r in records}
-    spec.write(dest_out, {"onnx": version, "budget_seconds": spec.BUDGET_SECONDS, "artifacts": facts}, spec.inputs(artifacts, version))
+    artifacts = {r.key.id: {"digest": r.digest, "key": r.cache_key or ""} for r in records}
+    said = {"onnx": version, "budget_seconds": spec.BUDGET_SECONDS, "artifacts": facts}
+    spec.write(dest_out, said, spec.inputs(artifacts, version))
     stamp = {
         "schema": STAMP_SCHEMA,
         "transform": name,
@@ -239,6 +240,21 @@ def _write_folder(
         "stats": {"artifacts": len(records)},
     }
     cache.write_json(dest_out / layout.EXPORT_STAMP, stamp)
+
+
+ENVS = Path("cache") / "envs"
+"""Where the run stage keeps each environment's probe (:mod:`harness.run.envprobe`), under a build folder."""
+
+
+def _link(link: Path, target: Path) -> None:
+    """``link`` → ``target`` (relative), replacing a folder of its own there; the target made where it is missing."""
+    if link.is_symlink():
+        return
+    if link.is_dir():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    (link.parent / target).mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)
 
 
 def _fact(rec: ExportRecord, version: str) -> dict[str, Any]:

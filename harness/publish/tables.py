@@ -1,12 +1,18 @@
-"""The tables of a profile's transforms gathered (profile ``quantized``: ``results/quantized/``): per transform, runtime
-and platform, how many transformed files run right; the verdicts that change with the runtime's version or with the
-platform; what each transform costs against torch's fp32 outputs. ``README.md`` and ``transforms.json`` (schema
-``harness.transforms/1``) written beside the tables, one per transform (``results/quantized/int8-qdq-u8/``, each a
-whole table as ``harness report --transform NAME`` wrote it), through the same staged swap as every report.
+"""Publishing a folder of tables across one axis, beside the tables themselves, through the same staged swap as every
+report (:func:`harness.publish.staged.publishing`): a kill, a full disk or a file-size limit at any instant leaves the
+previous files whole, and the tables inside the folder are carried over untouched.
 
-Read from the published tables alone (each checked whole: :func:`harness.answer.published.check_table`); a table that
-is missing, not whole or partial is said as such and its transform left out of every count, never guessed.
+- **torch releases** (``harness torch-report``, :func:`write_torch`): ``README.md``, ``index.html`` and ``torch.json``,
+  composed by :mod:`harness.answer.torch_table`;
+- **transforms** (``harness transform-report``, :func:`write_transforms`; profile ``quantized``: ``results/quantized/``):
+  per transform, runtime and platform, how many transformed files run right; the verdicts that change with the
+  runtime's version or with the platform; what each transform costs against torch's fp32 outputs. ``README.md`` and
+  ``transforms.json`` (schema ``harness.transforms/1``) beside the tables, one per transform (each a whole table as
+  ``harness report --transform NAME`` wrote it). Read from the published tables alone (each checked whole:
+  :func:`harness.answer.published.check_table`); a table that is missing, not whole or partial is said as such and its
+  transform left out of every count, never guessed.
 """
+
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.answer import published
+from harness.answer import published, torch_table
 from harness.config import platforms, transforms
 from harness.config.matrix import Matrix, Profile, version_tuple
 from harness.core import schema
@@ -28,7 +34,7 @@ SCHEMA = "harness.transforms/1"
 _ORDER = {s: s.severity for s in Status}
 
 
-def write(matrix: Matrix, profile: Profile, out: Path, results: Path) -> dict[str, Any]:
+def write_transforms(profile: Profile, results: Path) -> dict[str, Any]:
     """Publish the summary of ``profile``'s transform tables in ``results``; returns it (``transforms.json``).
 
     Raises:
@@ -54,7 +60,9 @@ def write(matrix: Matrix, profile: Profile, out: Path, results: Path) -> dict[st
 class Table:
     """One transform's published table: its cells folded per artifact and column, its cells' drift."""
 
-    def __init__(self, name: str, folder: Path, problem: str | None, cells: list[CellRecord], drift: dict[str, Any], env: dict[str, Any]):
+    def __init__(
+        self, name: str, folder: Path, problem: str | None, cells: list[CellRecord], drift: dict[str, Any], env: dict[str, Any]
+    ) -> None:
         self.name, self.folder, self.problem, self.cells, self.drift, self.env = name, folder, problem, cells, drift, env
 
     @classmethod
@@ -130,7 +138,9 @@ def compose(profile: Profile, tables: Sequence[Table]) -> dict[str, Any]:
             for col, c in by_col.items():
                 counts[col][c.status.value] += 1
         entry["columns"] = {col: dict(sorted(counts[col].items())) for col in sorted(counts, key=_column_key)}
-        entry["not_applicable"] = sorted({f"{k[0]} {k[1]} {k[2]}" for k, by in folded.items() if all(_not_applicable(c) for c in by.values())})
+        entry["not_applicable"] = sorted(
+            {f"{k[0]} {k[1]} {k[2]}" for k, by in folded.items() if all(_not_applicable(c) for c in by.values())}
+        )
         entry["drift"] = _drift_by_case(t)
         facts["transforms"].append(entry)
         facts["changes"].extend(changes(t.name, folded))
@@ -153,13 +163,18 @@ def changes(name: str, folded: Mapping[tuple[str, str, int], Mapping[str, CellRe
             version, _, where = col.partition(" ")
             by_platform[where][version] = c.status.value
             by_runtime[version][where] = c.status.value
-        kinds = [k for k, groups in (("runtime", by_platform), ("platform", by_runtime)) if any(len(set(g.values())) > 1 for g in groups.values())]
+        kinds = [
+            k for k, groups in (("runtime", by_platform), ("platform", by_runtime))
+            if any(len(set(g.values())) > 1 for g in groups.values())
+        ]  # fmt: skip
         if kinds:
             found.append(
                 {
                     "transform": name, "case": case, "exporter": exporter, "opset": opset, "changes_with": kinds,
                     "verdicts": {col: measured[col].status.value for col in sorted(measured, key=_column_key)},
-                    "lines": sorted({f"{col}: {c.error_line}" for col, c in measured.items() if c.status is not Status.PASS and c.error_line})[:4],
+                    "lines": sorted(
+                        {f"{col}: {c.error_line}" for col, c in measured.items() if c.status is not Status.PASS and c.error_line}
+                    )[:4],
                 }
             )  # fmt: skip
     return found
@@ -206,7 +221,8 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
     for e in facts["transforms"]:
         where = f"[{e['table']}/]({e['table']}/README.md)" if not e.get("problem") else f"not whole: {e['problem']}"
         lines.append(
-            f"| {e['transform']} | `{e['tool']}` | {e['says']} | {e['rule']} | {e['drift_limit']:g} of the output's scale | {where} |"
+            f"| {e['transform']} | `{e['tool']}` | {e['says']} | {e['rule']} | "
+            f"{e['drift_limit']:g} of the output's scale | {where} |"
         )
     lines += ["", "## Which transforms run right, per runtime and platform", ""]
     lines.append(
@@ -225,7 +241,8 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
             row = []
             for col in cols:
                 counts = e["columns"].get(col, {})
-                row.append(" ".join(f"{_symbol(s)}{n}" for s, n in sorted(counts.items(), key=lambda kv: _ORDER.get(Status(kv[0]), 0))))
+                ordered = sorted(counts.items(), key=lambda kv: _ORDER.get(Status(kv[0]), 0))
+                row.append(" ".join(f"{_symbol(s)}{n}" for s, n in ordered))
             lines.append(f"| {e['transform']} | " + " | ".join(row) + " |")
     lines += ["", "## Verdicts that change with the runtime version or the platform", ""]
     changed = facts["changes"]
@@ -241,8 +258,19 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
         lines += ["", "| transform | case | exporter | opset | changes with | verdicts |", "|---|---|---|---|---|---|"]
         for c in changed:
             verdicts = ", ".join(f"{col} {_symbol(s)}" for col, s in c["verdicts"].items())
-            lines.append(f"| {c['transform']} | {c['case']} | {c['exporter']} | {c['opset']} | {', '.join(c['changes_with'])} | {verdicts} |")
-    lines += ["", "## What each transform costs", ""]
+            with_ = ", ".join(c["changes_with"])
+            lines.append(f"| {c['transform']} | {c['case']} | {c['exporter']} | {c['opset']} | {with_} | {verdicts} |")
+    lines += _costs(facts)
+    problems = [e for e in facts["transforms"] if e.get("problem")]
+    if problems:
+        lines += ["", "## Not whole", ""] + [f"- {e['transform']}: {e['problem']}" for e in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _costs(facts: Mapping[str, Any]) -> list[str]:
+    """The README's "What each transform costs": per transform and case, the worst drift, the lowest top-1, the
+    flagged cells."""
+    lines = ["", "## What each transform costs", ""]
     lines.append(
         "Per case, the worst drift of any cell from torch's fp32 output (max |out − fp32| over the output's largest "
         "|fp32|), the lowest top-1 agreement where the output is scores over classes, and the cells flagged (past the "
@@ -255,7 +283,20 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
         for case, d in e["drift"].items():
             top = f"{d['top1']:.0%}" if d["top1"] is not None else ""
             lines.append(f"| {case} | {d['worst']:.2g} | {top} | {d['flagged']} of {d['cells']} |")
-    problems = [e for e in facts["transforms"] if e.get("problem")]
-    if problems:
-        lines += ["", "## Not whole", ""] + [f"- {e['transform']}: {e['problem']}" for e in problems]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def write_torch(matrix: Matrix, profile: Profile, results: Path) -> dict[str, Any]:
+    """Publish the table across ``profile``'s torch releases in ``results``; returns its summary (``torch.json``).
+
+    Raises:
+        HarnessError: no release has a whole table, ``results`` is not a folder of torch tables, or it cannot be
+            written (the previous files are left as they were).
+    """
+    with publishing(results, "torch-report") as stage:
+        files = torch_table.compose(matrix, profile, results)
+        stage.folder(results)
+        for name, text in files.items():
+            stage.write_text(results / name, text)
+    summary: dict[str, Any] = json.loads(files[torch_table.SUMMARY])
+    return summary
