@@ -26,18 +26,6 @@ class SaturatingLinear(nn.Module):
         return self.fc(x)
 
 
-class SaturatingLinearSigned(SaturatingLinear):
-    """The same weights, with activations centred on zero (a LayerNorm first): int8 activations near ±127 keep every
-    pair of products within an int16."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(64, elementwise_affine=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.norm(x))
-
-
 class LargeLogits(nn.Module):
     """Unscaled self-attention scores: x @ xᵀ over 64 features of magnitude ~40 reaches ~10⁵, past float16's 65,504."""
 

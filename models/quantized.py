@@ -30,6 +30,8 @@ def _positive(*shape: int, seed: int) -> torch.Tensor:
 
 
 # int8: u8 x s8 products that saturate a 16-bit sum ---------------------------------------------------------------
+# No fixed twin: the fix is a setting of the quantizer (reduce_range) or the CPU, not a rewrite of the model (a model
+# whose weights could not pair up large same-sign products would be another model, not this one fixed).
 
 register(
     Case(
@@ -52,17 +54,6 @@ register(
         ),
     )
 )
-register(
-    Case(
-        name="int8_u8s8_saturation_centred",
-        model=_net("SaturatingLinearSigned"),
-        inputs=lambda: {"x": _positive(4, 64, seed=0)},
-        probes=lambda: {"other": {"x": _positive(4, 64, seed=1)}},
-        dynamic={"x": {0: "batch"}},
-        fixes="int8_u8s8_saturation",
-    )
-)
-
 # float16: logits past 65,504 ---------------------------------------------------------------------------------------
 
 register(

@@ -33,7 +33,7 @@ def test_every_field_of_a_cell_is_published_once_or_said_unpublished() -> None:
     published = {f.name for f in schema.FIELDS if f.jsonl is not None} & cell_fields
     assert published.isdisjoint(schema.UNPUBLISHED)
     assert published | schema.UNPUBLISHED == cell_fields, "a CellRecord field neither in the schema nor said unpublished"
-    derived = {"repro", "gpu", "platform", "fault", "fault_why", "fixed_in", "last_failing"}
+    derived = {"repro", "gpu", "platform", "fault", "fault_why", "fixed_in", "last_failing", "transform", "drift"}
     assert schema.derived() == derived, "published keys that are no field of the cell"
     details = [f.detail for f in schema.FIELDS if f.detail is not None]
     assert len(details) == len(set(details))

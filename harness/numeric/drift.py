@@ -144,14 +144,10 @@ def section(drifts: dict[str, dict[str, Any]], cells: Iterable[CellRecord], expo
         if col not in columns:
             columns.append(col)
         slot = worst.setdefault((c.case, c.exporter, c.opset), {})
-        have = slot.get(col)
-        top = min(x for x in (d.get("top1"), (have or {}).get("top1")) if x is not None) if (
-            d.get("top1") is not None or (have or {}).get("top1") is not None
-        ) else None  # fmt: skip
-        if have is None or d["max_rel"] > have["max_rel"]:
-            slot[col] = {**d, "top1": top}
-        else:
-            slot[col] = {**have, "top1": top}
+        have = slot.get(col) or {}
+        tops = [x for x in (d.get("top1"), have.get("top1")) if x is not None]
+        keep = d if not have or d["max_rel"] > have["max_rel"] else have  # the worst drift over the probes
+        slot[col] = {**keep, "top1": min(tops) if tops else None}  # and the lowest top-1 agreement
     limits = {r.transform.get("name"): flag({"max_rel": 0.0}, r)["limit"] for r in exports if r.transform}
     lines = [
         "## Drift from torch fp32",
