@@ -64,6 +64,8 @@ class Table:
         self, name: str, folder: Path, problem: str | None, cells: list[CellRecord], drift: dict[str, Any], env: dict[str, Any]
     ) -> None:
         self.name, self.folder, self.problem, self.cells, self.drift, self.env = name, folder, problem, cells, drift, env
+        self.frontier: set[str] = set()
+        """Keys of the cells whose file the runtime is too old to load (IR or opset: the main table's frontier)."""
 
     @classmethod
     def read(cls, name: str, folder: Path) -> Table:
@@ -77,6 +79,7 @@ class Table:
                 return cls(name, folder, f"partial: {', '.join(partial[:3])}", [], {}, env)
             cells: list[CellRecord] = []
             drift: dict[str, Any] = {}
+            frontier: set[str] = set()
             with open(table, encoding="utf-8") as f:
                 for line in f:
                     if not line.strip():
@@ -84,16 +87,31 @@ class Table:
                     data = json.loads(line)
                     cell = schema.record(data)
                     cells.append(cell)
+                    if data.get("fault") == "frontier":  # the runtime is older than the file's IR or opset
+                        frontier.add(cell.key)
                     if isinstance(data.get("drift"), dict):
                         drift[cell.key] = data["drift"]
         except (HarnessError, OSError, ValueError, KeyError, TypeError) as exc:
             return cls(name, folder, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, [], {}, {})
-        return cls(name, folder, None, published.spread_wide(cells), drift, env)
+        table = cls(name, folder, None, published.spread_wide(cells), drift, env)
+        table.frontier = frontier
+        return table
+
+    def too_old(self) -> dict[str, int]:
+        """Runtime pin → the transformed files it cannot load because they are newer than it (IR or opset)."""
+        found: dict[str, set[tuple[str, str, int]]] = defaultdict(set)
+        for c in self.cells:
+            if c.key in self.frontier:
+                found[c.runtime].add((c.case, c.exporter, c.opset))
+        return {pin: len(files) for pin, files in sorted(found.items())}
 
     def folded(self) -> dict[tuple[str, str, int], dict[str, CellRecord]]:
-        """(case, exporter, opset) → column → the worst cell over its probes."""
+        """(case, exporter, opset) → column → the worst cell over its probes; a column whose runtime is too old for the
+        file's IR or opset is left out (:meth:`too_old`: what the main table's frontier says, not this transform's)."""
         found: dict[tuple[str, str, int], dict[str, CellRecord]] = defaultdict(dict)
         for c in self.cells:
+            if c.key in self.frontier:
+                continue
             slot = found[(c.case, c.exporter, c.opset)]
             col = column(c)
             if col not in slot or c.status.severity > slot[col].status.severity:
@@ -142,6 +160,7 @@ def compose(profile: Profile, tables: Sequence[Table]) -> dict[str, Any]:
             {f"{k[0]} {k[1]} {k[2]}" for k, by in folded.items() if all(_not_applicable(c) for c in by.values())}
         )
         entry["drift"] = _drift_by_case(t)
+        entry["too_old"] = t.too_old()
         facts["transforms"].append(entry)
         facts["changes"].extend(changes(t.name, folded))
     return facts
@@ -244,6 +263,14 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
                 ordered = sorted(counts.items(), key=lambda kv: _ORDER.get(Status(kv[0]), 0))
                 row.append(" ".join(f"{_symbol(s)}{n}" for s, n in ordered))
             lines.append(f"| {e['transform']} | " + " | ".join(row) + " |")
+    old = [
+        f"{e['transform']} on {', '.join(f'{pin.partition(chr(61) * 2)[2]} ({n})' for pin, n in e['too_old'].items())}"
+        for e in facts["transforms"] if e.get("too_old")
+    ]  # fmt: skip
+    if old:
+        lines += ["", "Left out of the counts above and of the changes below: files a runtime cannot load because their IR "
+                  "or opset is newer than it (the main table's frontier, not this transform's doing; each table lists "
+                  f"them): {'; '.join(old)}."]
     lines += ["", "## Verdicts that change with the runtime version or the platform", ""]
     changed = facts["changes"]
     if not changed:
