@@ -55,7 +55,7 @@ def _run(out: Path, results: Path) -> tuple[float, list[tuple[str, float]]]:
 
 def _transforms(out: Path) -> None:
     profile = load(ROOT / "matrix.toml").profile("quantized")
-    print("\n| transform | transformed | nothing to transform | failed | stage seconds (sum over files) |")
+    print("\n| transform | transformed | skipped (nothing to transform, or no answer from the spec) | failed | stage seconds |")
     print("|---|---|---|---|---|")
     for name in profile.transforms:
         folder = profile.transform_out(out, name)

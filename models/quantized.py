@@ -65,11 +65,13 @@ register(
         dynamic={"x": {0: "batch"}},
         card=Card(
             symptom="Converted to float16 with keep_io_types (inputs and outputs stay float32), unscaled attention "
-            "scores of loud inputs pass float16's largest value, 65,504: the file's answer is inf and NaN where the "
-            "fp32 model gives finite numbers. Every runtime computes that answer right, so nothing fails: the model "
-            "is broken by the conversion, which only the drift from fp32 shows.",
+            "scores of loud inputs pass float16's largest value, 65,504: the file's own answer is NaN after the "
+            "softmax. A CPU runtime that computes the float16 MatMul in float32 returns fp32's finite answer instead "
+            "(a mismatch with the file that looks like success), and one that computes float16 as float16 returns "
+            "the NaN: validation on one CPU passes a model that breaks on another, or on a GPU.",
             cause="float16 has 5 exponent bits: x @ xᵀ over 64 features of magnitude ~40 is ~10⁵. The converter turns "
-            "every float tensor and op to float16 unless told otherwise.",
+            "every float tensor and op to float16 unless told otherwise; where a CPU provider has no float16 kernel it "
+            "inserts Casts to float32 and the optimizer drops the float16 round trip between them.",
             fix="Scale before the product (q/√d · k/√d, or scaled_dot_product_attention), or keep the overflowing ops "
             "in float32 (convert_float_to_float16(op_block_list=[...]), or auto_convert_mixed_precision with a "
             "validation input).",

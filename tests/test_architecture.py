@@ -37,8 +37,9 @@ ALLOWED = {
 }
 """Folder → the folders it may import besides itself. The four stages (export, spec, run, publish) import no other
 stage; the transform stage, the step after export, records its files' localization data as the export does (with
-``harness.export.node_values``, which imports torch only for a dynamo program, never given here); ``answer`` reads a published table and is read by the report (the README states the answer); the command
-line (``cli``, ``__main__``) may import anything and nothing imports it."""
+``harness.export.node_values``, which imports torch only for a dynamo program, never given here); ``answer`` reads a
+published table and is read by the report (the README states the answer); the command line (``cli``, ``__main__``)
+may import anything and nothing imports it."""
 
 ENVIRONMENTS = {
     "harness.export.stage": {"pandas", "tabulate"},

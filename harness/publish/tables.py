@@ -93,9 +93,9 @@ class Table:
                         drift[cell.key] = data["drift"]
         except (HarnessError, OSError, ValueError, KeyError, TypeError) as exc:
             return cls(name, folder, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, [], {}, {})
-        table = cls(name, folder, None, published.spread_wide(cells), drift, env)
-        table.frontier = frontier
-        return table
+        read = cls(name, folder, None, published.spread_wide(cells), drift, env)
+        read.frontier = frontier
+        return read
 
     def too_old(self) -> dict[str, int]:
         """Runtime pin → the transformed files it cannot load because they are newer than it (IR or opset)."""
@@ -243,6 +243,50 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
             f"| {e['transform']} | `{e['tool']}` | {e['says']} | {e['rule']} | "
             f"{e['drift_limit']:g} of the output's scale | {where} |"
         )
+    lines += _grid(facts)
+    old = [
+        f"{e['transform']} on {', '.join(f'{pin.partition(chr(61) * 2)[2]} ({n})' for pin, n in e['too_old'].items())}"
+        for e in facts["transforms"] if e.get("too_old")
+    ]  # fmt: skip
+    if old:
+        lines += ["", "Left out of the counts above and of the changes below: files a runtime cannot load because their IR "
+                  "or opset is newer than it (the main table's frontier, not this transform's doing; each table lists "
+                  f"them): {'; '.join(old)}."]
+    lines += ["", "## Verdicts that change with the runtime version or the platform", ""]
+    changed = facts["changes"]
+    if not changed:
+        lines.append("None: on every transformed file, every runtime of a platform gives the same verdict, and every "
+                     "platform of a runtime does.")
+    else:
+        by_kind = {k: sum(1 for c in changed if k in c["changes_with"]) for k in ("runtime", "platform")}
+        lines.append(
+            f"{len(changed)} transformed file(s) change verdict: {by_kind['runtime']} with the runtime's version, "
+            f"{by_kind['platform']} with the platform. Per transform:"
+        )
+        lines.append("")
+        for e in facts["transforms"]:
+            if e.get("problem"):
+                continue
+            mine = [c for c in changed if c["transform"] == e["transform"]]
+            runtime = sum(1 for c in mine if "runtime" in c["changes_with"])
+            platform = sum(1 for c in mine if "platform" in c["changes_with"])
+            said = f"{runtime} with the runtime's version, {platform} with the platform" if mine else "none"
+            lines.append(f"- {e['transform']}: {said}")
+        lines += ["", "| transform | case | exporter | opset | changes with | verdicts |", "|---|---|---|---|---|---|"]
+        for c in changed:
+            verdicts = ", ".join(f"{col} {_symbol(s)}" for col, s in c["verdicts"].items())
+            with_ = ", ".join(c["changes_with"])
+            lines.append(f"| {c['transform']} | {c['case']} | {c['exporter']} | {c['opset']} | {with_} | {verdicts} |")
+    lines += _costs(facts)
+    problems = [e for e in facts["transforms"] if e.get("problem")]
+    if problems:
+        lines += ["", "## Not whole", ""] + [f"- {e['transform']}: {e['problem']}" for e in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _grid(facts: Mapping[str, Any]) -> list[str]:
+    """The README's "Which transforms run right": per transform and column, the files by their worst verdict."""
+    lines: list[str] = []
     lines += ["", "## Which transforms run right, per runtime and platform", ""]
     lines.append(
         "Transformed files (case × exporter × opset) per column, the worst verdict over their probes: ✓ pass, ≠ mismatch "
@@ -263,35 +307,7 @@ def render(profile: Profile, tables: Sequence[Table], facts: Mapping[str, Any]) 
                 ordered = sorted(counts.items(), key=lambda kv: _ORDER.get(Status(kv[0]), 0))
                 row.append(" ".join(f"{_symbol(s)}{n}" for s, n in ordered))
             lines.append(f"| {e['transform']} | " + " | ".join(row) + " |")
-    old = [
-        f"{e['transform']} on {', '.join(f'{pin.partition(chr(61) * 2)[2]} ({n})' for pin, n in e['too_old'].items())}"
-        for e in facts["transforms"] if e.get("too_old")
-    ]  # fmt: skip
-    if old:
-        lines += ["", "Left out of the counts above and of the changes below: files a runtime cannot load because their IR "
-                  "or opset is newer than it (the main table's frontier, not this transform's doing; each table lists "
-                  f"them): {'; '.join(old)}."]
-    lines += ["", "## Verdicts that change with the runtime version or the platform", ""]
-    changed = facts["changes"]
-    if not changed:
-        lines.append("None: on every transformed file, every runtime of a platform gives the same verdict, and every "
-                     "platform of a runtime does.")
-    else:
-        by_kind = {k: sum(1 for c in changed if k in c["changes_with"]) for k in ("runtime", "platform")}
-        lines.append(
-            f"{len(changed)} transformed file(s) change verdict: {by_kind['runtime']} with the runtime's version, "
-            f"{by_kind['platform']} with the platform."
-        )
-        lines += ["", "| transform | case | exporter | opset | changes with | verdicts |", "|---|---|---|---|---|---|"]
-        for c in changed:
-            verdicts = ", ".join(f"{col} {_symbol(s)}" for col, s in c["verdicts"].items())
-            with_ = ", ".join(c["changes_with"])
-            lines.append(f"| {c['transform']} | {c['case']} | {c['exporter']} | {c['opset']} | {with_} | {verdicts} |")
-    lines += _costs(facts)
-    problems = [e for e in facts["transforms"] if e.get("problem")]
-    if problems:
-        lines += ["", "## Not whole", ""] + [f"- {e['transform']}: {e['problem']}" for e in problems]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _costs(facts: Mapping[str, Any]) -> list[str]:

@@ -45,10 +45,12 @@ def transform_code() -> str:
 
 
 def key(source: ExportRecord, name: str, tools: dict[str, str], code_digest: str, budgets: tuple[float, int | None]) -> str:
-    """A transformed artifact's content address."""
+    """A transformed artifact's content address: its source's files (or failure), the card and claims it carries on
+    (an edited card reaches the transformed table too), the transform, the tools' versions, this stage's code."""
     made = source.digest if source.ok else f"failed:{source.cache_key}:{source.error_class}:{source.error_line}"
     settings = transforms.get(name)
-    return cache.digest("transform", made, name, dict(settings.settings), settings.scaled, tools, code_digest, budgets)
+    said = (source.card, source.claims)
+    return cache.digest("transform", made, said, name, dict(settings.settings), settings.scaled, tools, code_digest, budgets)
 
 
 def canonical(name: str) -> str:

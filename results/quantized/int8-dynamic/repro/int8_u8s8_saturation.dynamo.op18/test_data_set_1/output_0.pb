@@ -1,0 +1,1 @@
+Bout0J€WÇsB4þsBösB€ýsB ÇsBtB_ýsBÑÝsBÑ0tB ftBÑ_tBTgtB0tB~utBLgtBGtB9LuB‚uBñyuBo€uBfJuB8‘uBçuB|auB“uBJuB¯CuB)HuBuBŠWuBüIuBð*uB
