@@ -671,6 +671,49 @@ def polygraphy_bench(session: nox.Session) -> None:
     session.run("python", str(ROOT / "bench" / "polygraphy_bench.py"), *session.posargs)  # e.g. -- --build build --sample 40
 
 
+def _module_spec(target: str) -> bool:
+    """``pkg.module:factory`` (or ``file.py:factory``) rather than a path to an ONNX file."""
+    return ":" in target and not target.endswith(".onnx") and not Path(target).exists()
+
+
+@nox.session
+def check(session: nox.Session) -> None:
+    """`harness check` on your file (or one module): every runtime of the profile, predicted then measured.
+
+    ``nox -s check -- model.onnx [--inputs a.npz] [--json] ...`` (docs/your-models.md). Paths are the caller's (the
+    check runs in the folder nox was invoked from); the runtimes' environments are made once under this checkout's
+    build/check/envs. A module spec needs torch: this session then installs the export's packages. nox's own exit
+    status is 0 or 1; `.nox/check/bin/harness check ...` (after `--install-only`) keeps harness's 0 / 1 / 2.
+    """
+    args = list(session.posargs)
+    target = next((a for a in args if not a.startswith("-")), "")
+    if target and _module_spec(target):
+        _install_torch(session)
+        session.install(*EXPORT_PKGS, "uv>=0.4")
+    else:
+        session.install(*SPEC_PKGS, "uv>=0.4")
+    _harness(session)
+    if not args:
+        session.log("nothing to check: nox -s check -- model.onnx (docs/your-models.md)")
+        return
+    defaults = {
+        "--matrix": str(ROOT / "matrix.toml"),
+        "--results": str(ROOT / "results"),
+        "--envs": str(ROOT / "build" / "check" / "envs"),
+    }
+    given = [f"{k}={v}" for k, v in defaults.items() if not any(a == k or a.startswith(k + "=") for a in args)]
+    session.chdir(session.invoked_from)
+    session.run("harness", "check", *args, *given)
+
+
+@nox.session
+def check_bench(session: nox.Session) -> None:
+    """How fast `harness check` answers (predicted, warm, cold) against `polygraphy run --onnxrt` on the same file."""
+    session.install(*SPEC_PKGS, *REFERENCE_PKGS, "polygraphy", "uv>=0.4")
+    _harness(session)
+    session.run("python", str(ROOT / "bench" / "check_bench.py"), *session.posargs)  # e.g. -- --rounds 5
+
+
 ARCHITECTURES = corpus.declared_requirements("models.architectures", ROOT)
 """What the architectures corpus needs (its REQUIREMENTS): the tests session installs it beside torch."""
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.config.matrix import Matrix, Profile
+from harness.config.matrix import Matrix, Profile, Runtime
 from harness.core.errors import HarnessError
 from harness.core.records import first_line
 from harness.store import lock
@@ -338,6 +338,62 @@ def parser() -> argparse.ArgumentParser:
     _json_arg(p, "diff")
 
     p = sub.add_parser(
+        "check",
+        help="one ONNX file (or one module) on every runtime of a profile: predicted from the measured frontiers, then "
+        "loaded, run and compared (docs/your-models.md)",
+        description="Answers for a file you have: which runtimes of the profile load it (predicted from the measured "
+        "frontiers, then measured), run it, and agree with the expected outputs you give, else the ONNX reference "
+        "evaluator on the same file, else each other. Exit status 0 when every selected runtime passes (with "
+        "--baseline: none regressed), 1 otherwise, 2 on bad input (--json: the answer, or {schema, error}, on stdout).",
+    )
+    p.add_argument("target", help="the .onnx file (its external data beside it), or a module spec pkg.module:factory")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=DxD",
+        help="a module spec's example input: x=1x3x224x224 (:int64 for another dtype)",
+    )
+    p.add_argument("--dynamic", action="append", default=[], metavar="INPUT:AXIS", help="a module spec's dim that varies: x:0")
+    p.add_argument(
+        "--opset",
+        action="append",
+        type=int,
+        default=[],
+        help="a module spec's opset, for both exporters (default: the defaults and the recommended)",
+    )
+    p.add_argument("--matrix", default="matrix.toml", help="the matrix file (default: matrix.toml)")
+    p.add_argument("--profile", default="default", help="whose runtimes to check on (default: default)")
+    p.add_argument(
+        "--runtime", action="append", default=[], metavar="PIN", help="only these runtimes of the profile (repeatable: 1.17.3)"
+    )
+    p.add_argument(
+        "--inputs", action="append", default=[], metavar="FILE", help="a probe: .npz keyed by input name, or .npy (repeatable)"
+    )
+    p.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=N", help="bind a symbolic dim for made inputs: batch=4, or x:0=4"
+    )
+    p.add_argument(
+        "--expected", action="append", default=[], metavar="FILE", help="each --inputs file's outputs: .npz keyed by output name"
+    )
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: matrix.toml [tolerance])")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: matrix.toml [tolerance])")
+    p.add_argument(
+        "--scaled",
+        type=float,
+        default=None,
+        help="bound on max|err| / max|ref| per output (default: [tolerance], widened for int8/int4/fp16 files)",
+    )
+    p.add_argument("--results", default="results", help="the published table whose frontiers predict (default: results)")
+    p.add_argument("--out", default=None, help="where reproducers and check.json go (default: build/check/<file>-<sha256>)")
+    p.add_argument("--envs", default="build/check/envs", help="where the runtimes' environments are made and kept")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds one runtime may take (default 120)")
+    p.add_argument("--workers", type=int, default=0, help="runtimes at once (0: one per CPU core, fewer where memory is short)")
+    p.add_argument("--predict", action="store_true", help="only the predicted answer: start no runtime")
+    p.add_argument("--baseline", default=None, metavar="JSON", help="an earlier --json answer: exit 1 only on a regression")
+    _json_arg(p, "check")
+
+    p = sub.add_parser(
         "readme",
         help="refresh the project README's answer block, and every fact the README and docs/ give of a published table "
         "(--check: exit 0 when fresh, 1 when stale, 2 when it cannot tell)",
@@ -418,6 +474,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _readme(args)
     if args.command in ("recommend", "diff"):  # answers from published files alone: no matrix.toml needed
         return _answer(args)
+    if args.command == "check":
+        return _check(args)
     if args.command == "list" and args.results is not None:
         return _list_table(args.results)
     if args.command == "reference":
@@ -441,6 +499,61 @@ def _dispatch(args: argparse.Namespace) -> int:
     for folder in _transform_scope(args, profile, out):  # the build folder, or each named transform's in turn
         code = max(code, _locked(args, matrix, profile, folder))
     return code
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``harness check``: the answer on stdout (a screen, or JSON), progress on stderr, ``<out>/check.json`` kept."""
+    from harness.check import answer, stage
+    from harness.config.matrix import load
+
+    matrix = load(args.matrix)
+    profile = matrix.profile(args.profile)
+    runtimes = [matrix.runtime(r) for r in args.runtime] if args.runtime else list(profile.runtimes)
+    def on_cpu(rt: Runtime) -> bool:  # onnxruntime's CPU provider, installed on any machine
+        return "cpu" in rt.kind.columns() and rt.kind.frontier and not rt.kind.bare
+
+    for rt in runtimes if args.runtime else ():
+        if not on_cpu(rt):
+            raise HarnessError(f"--runtime {rt.pin}: harness check runs onnxruntime's CPU provider, which {rt.pin} lacks here")
+    runtimes = [rt for rt in runtimes if on_cpu(rt)]
+    from harness.check import inputs
+
+    baseline = answer.load_baseline(args.baseline) if args.baseline else None
+    opts = stage.Options(
+        target=args.target,
+        runtimes=tuple(dict.fromkeys(runtimes)),
+        input_files=tuple(args.inputs),
+        dims=inputs.parse_dims(args.dim),
+        expected_files=tuple(args.expected),
+        atol=args.atol,
+        rtol=args.rtol,
+        scaled=args.scaled,
+        results=Path(args.results),
+        out=Path(args.out) if args.out else None,
+        envs=Path(args.envs),
+        timeout=args.timeout,
+        workers=args.workers,
+        predict_only=args.predict,
+    )
+    from harness.check import module
+
+    if module.is_spec(args.target):
+        data = module.check_module(matrix, args.target, args.input, args.dynamic, args.opset, opts, _note)
+        if baseline is not None:
+            data["baseline"] = answer.compare(baseline, data)
+            data["exit"] = 1 if data["baseline"]["regressions"] else 0
+        text = answer.module_screen(data)
+    else:
+        if args.input or args.dynamic or args.opset:
+            raise HarnessError(
+                "--input, --dynamic and --opset are a module spec's (pkg.module:factory); for a file use --inputs and --dim"
+            )
+        data = answer.to_json(stage.check(matrix, opts, _note), stage.frontiers(opts.results), baseline)
+        text = answer.screen(data)
+    if data.get("out"):
+        (Path(data["out"]) / "check.json").write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data, indent=1) if args.json else text)
+    return int(data["exit"])
 
 
 def _transform_scope(args: argparse.Namespace, profile: Profile, out: Path) -> list[Path]:

@@ -34,12 +34,16 @@ ALLOWED = {
     "spec": {"core", "config", "store", "numeric", "pool"},
     "publish": {"core", "config", "store", "numeric", "answer"},
     "transform": {"core", "config", "store", "numeric", "pool", "export"},
+    "check": {"core", "config", "store", "numeric", "pool", "export", "transform", "answer"},
 }
 """Folder → the folders it may import besides itself. The four stages (export, spec, run, publish) import no other
 stage; the transform stage, the step after export, records its files' localization data as the export does (with
 ``harness.export.node_values``, which imports torch only for a dynamo program, never given here); ``answer`` reads a
 published table and is read by the report (the README states the answer); the command line (``cli``, ``__main__``)
-may import anything and nothing imports it."""
+may import anything and nothing imports it. ``check`` (``harness check``: a user's own file, or one module) is a
+command of its own above the stages: it runs a file on every runtime (its worker, in each runtime's environment, imports
+nothing of the harness), asks the specification with the transform stage's evaluator, localizes with the export's
+debug model, picks a module's opsets with ``answer``, and runs the export stage as a process for a module spec."""
 
 ENVIRONMENTS = {
     "harness.export.stage": {"pandas", "tabulate"},
@@ -51,6 +55,8 @@ ENVIRONMENTS = {
     "harness.answer.diff": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.real_models": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
     "harness.answer.torch_table": {"torch", "onnx", "onnxscript", "onnxruntime", "pandas", "tabulate", "numpy"},
+    "harness.check.worker": {"torch", "onnx", "onnxscript", "pandas", "tabulate", "transformers"},
+    "harness.check.stage": {"torch", "onnxscript", "pandas", "tabulate", "transformers"},
 }
 """Entry point → the libraries its environment does not hold: the run environments hold one runtime and numpy,
 the report's pandas, tabulate and numpy, and ``harness recommend`` and ``harness diff`` answer from the files
@@ -81,6 +87,7 @@ RESOLVERS = {
     "harness.cases.source": "the modules a case's source imports, to digest them: the user's code",
     "harness.export._exporters": "the exporting libraries, for their versions (torch, onnx, onnxscript)",
     "harness.config.matrix": "whether a corpus module matrix.toml names exists (``find_spec``: the user's code)",
+    "harness.check.module": "a module spec's module (``pkg.module:factory`` or ``file.py:factory``): the user's code",
 }
 """The modules that may import a module whose name is computed, and what each resolves. Anywhere else a computed
 name (``import_module("harness.publish." + x)``) would be an import the graph, and so the keys and the rules
