@@ -10,6 +10,7 @@ helper at IR 8 / opset 17, a dynamic batch) is checked as a user would check it,
 - **cold** (once): the same with an empty ``--envs`` folder, so every environment is made, byte-compiled, one per
   core at once (uv's own cache as it is: a machine that never downloaded the wheels pays the downloads too; an
   environment ``nox -s matrix`` made for a runtime is used, not made, and the row says how many were made);
+- **a platform**: 1.32.0 on ``x86-64-v3`` and on ``aarch64`` under qemu-user (``--platform``), launchers made;
 - **Polygraphy**: ``polygraphy run FILE --onnxrt --input-shapes x:[2,3,16,16]`` on this environment's onnxruntime
   (1.32.0): one runtime, nothing to compare with, the least a user's Polygraphy check does.
 
@@ -92,6 +93,10 @@ def main() -> int:
         rows.append((f"warm, {len(eighteen) // 2} runtimes (1.15–1.32)", wall, walls))
         wall, walls, _ = _median([*harness, "--dim", "batch=2", "--runtime", "1.32.0"], args.rounds)
         rows.append(("warm, 1 runtime (1.32.0)", wall, walls))
+        for name in ("x86-64-v3", "aarch64"):  # under qemu-user (its launcher made by the warm-up run below, once)
+            _timed([*harness, "--dim", "batch=2", "--runtime", "1.32.0", "--platform", name])
+            wall, walls, _ = _median([*harness, "--dim", "batch=2", "--runtime", "1.32.0", "--platform", name], args.rounds)
+            rows.append((f"warm, 1 runtime (1.32.0) on {name}, emulated", wall, walls))
         cold_envs = Path(tmp) / "cold-envs"
         cold = [*harness[:-4], "--envs", str(cold_envs), "--out", str(Path(tmp) / "cold"), "--dim", "batch=2"]
         wall, _, said = _timed(cold)

@@ -389,6 +389,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", default="build/check/envs", help="where the runtimes' environments are made and kept")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one runtime may take (default 120)")
     p.add_argument("--workers", type=int, default=0, help="runtimes at once (0: one per CPU core, fewer where memory is short)")
+    p.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the CPU to run on, repeatable: x86-64-v4, x86-64-v3, x86-64-v2, aarch64 (under qemu-user where this machine "
+        "is not it; default: the profile's platforms, else this machine)",
+    )
     p.add_argument("--predict", action="store_true", help="only the predicted answer: start no runtime")
     p.add_argument("--baseline", default=None, metavar="JSON", help="an earlier --json answer: exit 1 only on a regression")
     _json_arg(p, "check")
@@ -534,6 +542,7 @@ def _check(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         workers=args.workers,
         predict_only=args.predict,
+        platforms=tuple(dict.fromkeys(args.platform)) or profile.platforms,
     )
     from harness.check import module
 

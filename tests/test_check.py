@@ -162,6 +162,7 @@ def test_bad_files_and_bad_options_are_one_line_and_exit_2(tmp_path: Path) -> No
         ("pool.onnx", "--dim", "batch=2", "--expected", "good.npz"): "one expected .npz per --inputs file",
         ("pool.onnx", "--baseline", "baseline.json"): "not a harness.check/1 answer",
         ("pool.onnx", "--runtime", "9.9.9"): "no runtime '9.9.9'",
+        ("pool.onnx", "--platform", "x86-64-v9"): "not a platform",
         ("pool.onnx", "--input", "x=1x2"): "a module spec's",
     }
     (tmp_path / "ext.data").rename(tmp_path / "ext.moved")
@@ -490,3 +491,38 @@ def test_when_every_runtime_disagrees_with_the_evaluator_and_agrees_with_each_ot
     assert not stage._doubts([row("1.20.1", 1.0, "mismatch"), row("1.32.0", 2.0, "mismatch")], ref, tol)
     assert not stage._doubts([row("1.20.1", 1.0, "mismatch"), row("1.32.0", 0.0, "pass")], ref, tol)
     assert not stage._doubts(unanimous, {"kind": stage.EXPECTED, "said": ""}, tol)
+
+
+@pytest.mark.e2e
+def test_the_cpu_the_file_ships_to_is_a_platform_row(tmp_path: Path) -> None:
+    """A quantized Linear whose weights are all large and of one sign (the quantized table's int8_u8s8_saturation),
+    on an AVX2 CPU without VNNI (x86-64-v3: qemu's Haswell): the u8 × s8 sums saturate 16 bits and the file's answer
+    is not the specification's, at the MatMulInteger; the row says it was emulated and is named with its platform."""
+    from harness.config import launchers
+
+    if (why := launchers.problem("x86-64-v3")) is not None:
+        pytest.skip(why)
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((1.0 + 0.01 * rng.random((64, 8))).astype(np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])
+    path = _model(tmp_path / "sat.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], inits=(w,))
+    quantize_dynamic(str(path), str(tmp_path / "sat.int8.onnx"), weight_type=QuantType.QInt8)
+    np.savez(tmp_path / "near_top.npz", x=(0.95 + 0.02 * rng.standard_normal((4, 64))).astype(np.float32))
+    proc, data = check(
+        str(tmp_path / "sat.int8.onnx"),
+        "--inputs",
+        str(tmp_path / "near_top.npz"),
+        "--runtime",
+        "1.32.0",
+        "--platform",
+        "x86-64-v3",
+    )
+    (row,) = data["runtimes"]
+    assert row["platform"] == "x86-64-v3" and row["how"].startswith("emulated: qemu-user") and "Haswell" in row["how"]
+    assert row["status"] == "mismatch" and row["scaled_error"] > 0.2 and proc.returncode == 1
+    assert "(MatMulInteger)" in row["localization"] and data["failed"] == ["onnxruntime==1.32.0@x86-64-v3"]
+    assert Path(row["repro"]).name == "ort-1.32.0@x86-64-v3"

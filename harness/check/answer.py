@@ -33,6 +33,8 @@ def _row(row: Row, frontier: Mapping[str, Any] | None) -> dict[str, Any]:
     said = row.predicted.get("loads")
     return {
         "runtime": row.runtime.pin,
+        "platform": row.platform,
+        "how": row.how,
         "version": row.version,
         "provider": "cpu",
         "predicted": dict(row.predicted),
@@ -52,13 +54,18 @@ def _row(row: Row, frontier: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def label(entry: Mapping[str, Any]) -> str:
+    """A row's name in ``passed``, ``failed`` and a baseline: its pin, and ``@platform`` where it names one."""
+    return f"{entry['runtime']}@{entry['platform']}" if entry.get("platform") else str(entry["runtime"])
+
+
 def to_json(answer: Mapping[str, Any], frontiers: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     info: ModelInfo = answer["info"]
     rows: Sequence[Row] = answer["rows"]
     entries = [_row(r, frontiers.get(r.runtime.pin)) for r in rows]
     measured = answer["reference"]["kind"] != "none"
-    passed = [e["runtime"] for e in entries if (e["status"] == "pass" if measured else e["predicted"]["loads"])]
-    failed = [e["runtime"] for e in entries if e["runtime"] not in passed]
+    passed = [label(e) for e in entries if (e["status"] == "pass" if measured else e["predicted"]["loads"])]
+    failed = [label(e) for e in entries if label(e) not in passed]
     found: dict[str, Any] = {
         "schema": SCHEMA,
         "file": {
@@ -83,7 +90,7 @@ def to_json(answer: Mapping[str, Any], frontiers: Mapping[str, Any], baseline: M
         "failed": failed,
         "disagreements": [
             {
-                "runtime": e["runtime"],
+                "runtime": label(e),
                 "predicted": e["predicted"]["loads"],
                 "loaded": e["loaded"],
                 "why": e["error_line"] or e["predicted"]["why"],
@@ -139,7 +146,7 @@ def module_json(
         "passed": [p for p in pins if p not in failed],
         "failed": failed,
         "runtimes": [
-            {"runtime": f"{e['exporter']}.op{e['opset']}@{r['runtime']}", "status": r["status"], "error_line": r["error_line"]}
+            {"runtime": f"{e['exporter']}.op{e['opset']}:{label(r)}", "status": r["status"], "error_line": r["error_line"]}
             for e in exports
             if e["check"] is not None
             for r in e["check"]["runtimes"]
@@ -168,7 +175,7 @@ def module_screen(data: Mapping[str, Any]) -> str:
             if e["check"] is None:
                 cells.append("export-fail")
                 continue
-            row = next((r for r in e["check"]["runtimes"] if r["runtime"] == pin), None)
+            row = next((r for r in e["check"]["runtimes"] if label(r) == pin), None)
             cells.append(row["status"] if row else "")
         ship = data["ship"][pin]
         lines.append(
@@ -182,7 +189,7 @@ def module_screen(data: Mapping[str, Any]) -> str:
         where: dict[str, list[str]] = {}
         for r in e["check"]["runtimes"]:
             if r["status"] != "pass":
-                where.setdefault(f"{r['status']}: {r['localization'] or r['error_line']}", []).append(_short(r["runtime"]))
+                where.setdefault(f"{r['status']}: {r['localization'] or r['error_line']}", []).append(_short(label(r)))
         for said, versions in where.items():
             lines.append(f"{e['exporter']} {e['opset']} on {_span(versions)}: {said}")
     ok = len(data["passed"])
@@ -218,8 +225,8 @@ def load_baseline(path: str) -> dict[str, Any]:
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """Per runtime of both: a regression (passed, now does not), a fix, still failing; new and gone runtimes."""
-    before = {e["runtime"]: e for e in old["runtimes"]}
-    after = {e["runtime"]: e for e in new["runtimes"]}
+    before = {label(e): e for e in old["runtimes"]}
+    after = {label(e): e for e in new["runtimes"]}
     both = [p for p in after if p in before]
     return {
         "file": old.get("file", {}).get("sha256"),
@@ -271,11 +278,11 @@ def screen(data: Mapping[str, Any]) -> str:
     for e in data["runtimes"]:
         pred = {True: "loads", False: "refused", None: "?"}[e["predicted"]["loads"]]
         if not data["measured"]:
-            lines.append(f"| {_short(e['runtime'])} | {pred} | {e['predicted']['why'].replace('|', chr(92) + '|')} |")
+            lines.append(f"| {_short(label(e))} | {pred} | {e['predicted']['why'].replace('|', chr(92) + '|')} |")
             continue
         status = (e["status"] + (f": {e['error_line']}" if e["error_line"] else "")).replace("|", "\\|")  # one cell
         lines.append(
-            f"| {e['runtime'].split('==')[-1]} | {pred} | {_mark(e['loaded'])} | {_mark(e['ran'] if e['loaded'] else None)} | "
+            f"| {_short(label(e))} | {pred} | {_mark(e['loaded'])} | {_mark(e['ran'] if e['loaded'] else None)} | "
             f"{_mark(e['agrees'] if e['ran'] else None)} | {_fmt(e['max_abs'])} | {_fmt(e['max_rel'])} | {status} |"
         )
     lines.append("")
@@ -298,7 +305,7 @@ def screen(data: Mapping[str, Any]) -> str:
         where: dict[str, list[str]] = {}
         for e in data["runtimes"]:
             if e["localization"]:
-                where.setdefault(e["localization"], []).append(_short(e["runtime"]))
+                where.setdefault(e["localization"], []).append(_short(label(e)))
         for said, versions in where.items():
             lines.append(f"{_span(versions)}: {said}")
         lines.extend(f"note: {n}" for n in data["notes"])

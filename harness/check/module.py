@@ -310,4 +310,5 @@ def check_module(
         echo(f"checking {e['exporter']} opset {e['opset']} on {len(opts.runtimes)} runtimes")
         entry.update(status="checked", check=answer.to_json(stage.check(matrix, one, echo), frontiers))
         entries.append(entry)
-    return answer.module_json(spec, shapes, dims, wanted, entries, [rt.pin for rt in opts.runtimes], str(out))
+    labels = [f"{rt.pin}@{p}" if p else rt.pin for rt in opts.runtimes for p in opts.platforms or ("",)]
+    return answer.module_json(spec, shapes, dims, wanted, entries, labels, str(out))

@@ -76,6 +76,9 @@ class Options:
     workers: int = 0
     predict_only: bool = False
     spec_timeout: float = 120.0
+    platforms: tuple[str, ...] = ()
+    """The CPUs to run on (``x86-64-v3``, ``aarch64``: :mod:`harness.config.platforms`), each runtime once per
+    platform, natively or under qemu-user; empty: this machine."""
 
 
 def tolerance(info: ModelInfo, matrix: Matrix, opts: Options) -> dict[str, Any]:
@@ -246,6 +249,15 @@ class Row:
     localization: str = ""
     repro: str = ""
     python: Path | None = None
+    platform: str = ""
+    """The CPU it runs on (empty: this machine)."""
+    how: str = "native"
+    """``native``, or ``emulated: qemu-user 10.0.2 -cpu Haswell-noTSX``."""
+
+    @property
+    def label(self) -> str:
+        """``onnxruntime==1.20.1``, or ``onnxruntime==1.20.1@x86-64-v3`` on a platform."""
+        return f"{self.runtime.pin}@{self.platform}" if self.platform else self.runtime.pin
 
     @property
     def loads(self) -> bool | None:
@@ -260,7 +272,7 @@ class Row:
 def _measure(row: Row, info: ModelInfo, probe_files: Sequence[tuple[str, str]], work: Path, timeout: float) -> None:
     assert row.python is not None
     t0 = time.perf_counter()
-    folder = work / "runs" / row.runtime.id
+    folder = work / "runs" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
     shutil.rmtree(folder, ignore_errors=True)
     found = run_worker(row.python, info.path, probe_files, folder, timeout)
     row.seconds = time.perf_counter() - t0
@@ -272,6 +284,13 @@ def _measure(row: Row, info: ModelInfo, probe_files: Sequence[tuple[str, str]], 
     if stage == "import":
         row.status, row.stage, row.error = "env-error", "import", error_line(found.get("error", ""))
         return
+    if row.platform:  # a platform's row counts only where its process saw that CPU (the run stage's proof)
+        from harness.config import platforms
+
+        wrong = platforms.contradiction(row.platform, found.get("features") or {}, found.get("machine") or "")
+        if wrong is not None:
+            row.status, row.error = "unavailable", wrong
+            return
     if stage == "load":
         row.status, row.stage, row.error = "load-fail", "load", error_line(found.get("error", ""))
         return
@@ -337,7 +356,7 @@ def _localize(
     if isinstance(debug, str):
         return debug
     path, nodes = debug
-    folder = work / "values" / row.runtime.id
+    folder = work / "values" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
     shutil.rmtree(folder, ignore_errors=True)
     found = run_worker(row.python, str(path), [(probe, probe_files[probe])], folder, 300.0, debug=str(path))
     if (found.get("probes") or {}).get(probe, {}).get("ok") is not True:
@@ -417,7 +436,7 @@ def _repro(
 ) -> str:
     """A folder that shows the failure with nothing but the runtime: the file, the failing probe's inputs, the
     reference outputs, a script and its command."""
-    folder = out / "repro" / row.runtime.id
+    folder = out / "repro" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     source = Path(info.path)
@@ -439,6 +458,8 @@ def _repro(
     pip = row.runtime.kind.pip(row.runtime.pin)
     wanted = [*row.runtime.requirements, *(() if any(r.startswith("numpy") for r in row.runtime.requirements) else ("numpy",))]
     where = f"\n\n{row.localization}" if row.localization else ""
+    if row.platform:
+        where += f"\n\nOn a {row.platform} CPU (here: {row.how}); on another CPU it may not reproduce."
     (folder / "README.md").write_text(
         f"# {row.runtime.pin}: {row.status}\n\n{row.error}{where}\n\nIn this folder:\n\n```bash\n"
         f"{pip} install {' '.join(repr(r).replace(chr(39), chr(34)) for r in wanted)}\npython{row.runtime.python} repro.py\n```\n"
@@ -452,7 +473,7 @@ def check(matrix: Matrix, opts: Options, echo: Callable[[str], Any]) -> dict[str
     path = Path(opts.target)
     info = read(path)
     found = frontiers(opts.results)
-    rows = [Row(rt, predicted(info, found.get(rt.pin))) for rt in opts.runtimes]
+    rows = [Row(rt, predicted(info, found.get(rt.pin)), platform=p) for rt in opts.runtimes for p in opts.platforms or ("",)]
     tol = tolerance(info, matrix, opts)
     answer: dict[str, Any] = {
         "info": info,
@@ -499,20 +520,26 @@ def _measured(
         probe_files[name] = str(work / f"input-{name}.npz")
         np.savez(probe_files[name], **dict[str, Any](feed))
     pairs = list(probe_files.items())
-    for row in rows:  # those missing are made below, one per core at once; each says so
-        row.python = envs.ready(row.runtime, opts.envs, ROOT)
-    cold = [r for r in rows if r.python is None]
+    runtimes = list(dict.fromkeys(r.runtime for r in rows))
+    pythons: dict[str, tuple[Path | None, str]] = {}
+    for rt in runtimes:  # those missing are made below, one per core at once; each says so
+        pythons[rt.id] = (envs.ready(rt, opts.envs, ROOT), "")
+    cold = [rt for rt in runtimes if pythons[rt.id][0] is None]
     if cold:
         echo(
-            f"{len(cold)} of {len(rows)} runtime environments to make, once (kept in {opts.envs}): about 1.5 s each "
+            f"{len(cold)} of {len(runtimes)} runtime environments to make, once (kept in {opts.envs}): about 1.5 s each "
             "with uv's cache warm, more where the wheels are downloaded"
         )
     workers = _workers(opts, info)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:  # uv's cache takes concurrent installs
-        for row, (python, why) in zip(cold, pool.map(lambda r: envs.make(r.runtime, opts.envs, echo), cold)):  # noqa: B905
-            row.python = python
-            if python is None:
-                row.status, row.error = "env-error", why
+        for rt, made in zip(cold, pool.map(lambda r: envs.make(r, opts.envs, echo), cold)):  # noqa: B905
+            pythons[rt.id] = made
+    for row in rows:
+        row.python, why = pythons[row.runtime.id]
+        if row.python is None:
+            row.status, row.error = "env-error", why
+        elif row.platform:
+            _launch(row, opts, echo)
     ready = [r for r in rows if r.python is not None]
     spec: dict[str, Any] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
@@ -582,6 +609,35 @@ def _doubts(rows: Sequence[Row], ref: Mapping[str, Any], tol: Mapping[str, Any])
     ]
 
 
+def _launch(row: Row, opts: Options, echo: Callable[[str], Any]) -> None:
+    """The row's Python on its platform: the environment's own where this machine is that CPU, else a launcher that
+    starts it under qemu-user (:mod:`harness.config.launchers`, the run stage's; ARM64 builds a userland and installs
+    PyPI's aarch64 wheels once, kept under ``--envs``). Where this machine cannot, the row is ``unavailable``, saying
+    why."""
+    from harness.config import launchers, platforms
+
+    if (why := launchers.problem(row.platform)) is not None:
+        row.python, row.status, row.error = None, "unavailable", why
+        return
+    machine = platforms.get(row.platform).machine
+    try:
+        launch = launchers.prepare(
+            row.platform,
+            row.runtime.requirements,
+            str(row.python),
+            opts.envs / "platforms" / row.runtime.id / row.platform,
+            source=ROOT,
+            userland=opts.envs / f"userland-{machine}",
+            echo=echo,
+        )
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
+        row.python, row.status, row.error = None, "unavailable", f"its launcher could not be built: {type(exc).__name__}: {exc}"
+        return
+    row.how = launch.how
+    if launch.path is not None:
+        row.python = launch.path
+
+
 def _reference(
     rows: Sequence[Row],
     expected: Mapping[str, list[np.ndarray]] | None,
@@ -608,7 +664,7 @@ def _reference(
         }
     return dict(best.outputs), {
         "kind": AGREEMENT,
-        "said": f"agreement among the runtimes: {count} of {ran} that ran agree with {best.runtime.pin} "
+        "said": f"agreement among the runtimes: {count} of {ran} that ran agree with {best.label} "
         f"(no independent answer: the reference evaluator {why or 'did not answer'})",
         "row": best,
     }

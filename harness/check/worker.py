@@ -13,6 +13,7 @@ probe ``ok`` or the stage and the first line of the error. A crash is the parent
 from __future__ import annotations
 
 import json
+import platform
 import sys
 import time
 from typing import Any
@@ -36,6 +37,7 @@ def main(request_path: str) -> int:
         print(json.dumps(result))
         return 0
     result.update(version=ort.__version__, numpy=np.__version__, import_s=round(time.perf_counter() - t0, 3))
+    result.update(machine=platform.machine(), features=_features())
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = int(request.get("threads") or 1)
@@ -72,6 +74,18 @@ def main(request_path: str) -> int:
     result.update(stage="done", probes=probes, seconds=round(time.perf_counter() - t0, 3))
     print(json.dumps(result))
     return 0
+
+
+def _features() -> dict[str, bool]:
+    """numpy's ``__cpu_features__``: the instruction sets this process sees (a platform's proof, as the run stage's)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as found  # numpy 2
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as found  # type: ignore[no-redef]  # numpy 1.x
+        except ImportError:
+            return {}
+    return {str(k): bool(v) for k, v in dict(found).items()}
 
 
 _NUMPY_TYPES = frozenset(
