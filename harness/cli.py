@@ -557,7 +557,7 @@ def _check(args: argparse.Namespace) -> int:
             raise HarnessError(
                 "--input, --dynamic and --opset are a module spec's (pkg.module:factory); for a file use --inputs and --dim"
             )
-        data = answer.to_json(stage.check(matrix, opts, _note), stage.frontiers(opts.results), baseline)
+        data = answer.to_json(stage.check(matrix, opts, _note), baseline)
         text = answer.screen(data)
     if data.get("out"):
         (Path(data["out"]) / "check.json").write_text(json.dumps(data, indent=1) + "\n")

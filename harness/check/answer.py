@@ -59,10 +59,11 @@ def label(entry: Mapping[str, Any]) -> str:
     return f"{entry['runtime']}@{entry['platform']}" if entry.get("platform") else str(entry["runtime"])
 
 
-def to_json(answer: Mapping[str, Any], frontiers: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def to_json(answer: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`harness.check.stage.check`'s answer as ``harness.check/1`` (the frontiers it predicted from included)."""
     info: ModelInfo = answer["info"]
     rows: Sequence[Row] = answer["rows"]
-    entries = [_row(r, frontiers.get(r.runtime.pin)) for r in rows]
+    entries = [_row(r, answer["frontiers"].get(r.runtime.pin)) for r in rows]
     measured = answer["reference"]["kind"] != "none"
     passed = [label(e) for e in entries if (e["status"] == "pass" if measured else e["predicted"]["loads"])]
     failed = [label(e) for e in entries if label(e) not in passed]

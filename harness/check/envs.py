@@ -43,6 +43,12 @@ def _holds(env: Path, rt: Runtime) -> bool:
     return bool(found) and bool(numpy) and (env / "bin" / "python").exists()
 
 
+def requirements(rt: Runtime) -> list[str]:
+    """What the runtime's environment installs: its pins and constraints (:attr:`Runtime.requirements`), and numpy
+    where they do not name it (the worker's one other import). The reproducers' ``pip install`` line says the same."""
+    return [*rt.requirements, *(() if any(r.startswith("numpy") for r in rt.requirements) else ("numpy",))]
+
+
 def _wanted(rt: Runtime) -> dict[str, Any]:
     """What the marker records: the pins, the Python, and that the modules are byte-compiled (each worker is a fresh
     interpreter that imports numpy and onnxruntime: from source, without .pyc files, every time)."""
@@ -75,23 +81,23 @@ def make(rt: Runtime, envs: Path, echo: Callable[[str], Any]) -> tuple[Path | No
     env.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     uv = shutil.which("uv")
-    requirements = [*rt.requirements, *(() if any(r.startswith("numpy") for r in rt.requirements) else ("numpy",))]
+    wanted = requirements(rt)
     if uv:
         steps = [
             [uv, "venv", "--quiet", "--python", interpreter, str(env)],
-            [uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), *requirements],
+            [uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), *wanted],
         ]
     else:
         steps = [
             [interpreter, "-m", "venv", str(env)],
-            [str(env / "bin" / "python"), "-m", "pip", "install", "-q", *requirements],
+            [str(env / "bin" / "python"), "-m", "pip", "install", "-q", *wanted],
         ]
     for step in steps:  # byte-compiled at install, as the noxfile's environments are (UV_COMPILE_BYTECODE)
         done = subprocess.run(step, capture_output=True, text=True, env={**os.environ, "UV_COMPILE_BYTECODE": "1"})
         if done.returncode != 0:
             shutil.rmtree(env, ignore_errors=True)
             said = first_line(done.stderr or done.stdout) or f"exit status {done.returncode}"
-            return None, f"its environment could not be made ({' '.join(requirements)}): {said}"
+            return None, f"its environment could not be made ({' '.join(wanted)}): {said}"
     (env / MARKER).write_text(json.dumps(_wanted(rt)))
     echo(f"{rt.pin}: environment made in {time.perf_counter() - t0:.0f} s ({env})")
     return env / "bin" / "python", ""

@@ -228,9 +228,16 @@ def run_spec(
     return found
 
 
-def _outputs(path: Path) -> list[np.ndarray]:
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` a worker or the evaluator wrote, by key."""
     with np.load(path) as data:
-        return [data[str(i)] for i in range(len(data.files))]
+        return {k: data[k] for k in data.files}
+
+
+def _outputs(path: Path) -> list[np.ndarray]:
+    """A probe's outputs (keys ``0``, ``1``, …) in the model's order."""
+    found = _arrays(path)
+    return [found[str(i)] for i in range(len(found))]
 
 
 @dataclasses.dataclass
@@ -255,6 +262,11 @@ class Row:
     """``native``, or ``emulated: qemu-user 10.0.2 -cpu Haswell-noTSX``."""
 
     @property
+    def folder(self) -> str:
+        """Its folders' name (runs, node values, reproducer): ``ort-1.20.1``, ``ort-1.20.1@x86-64-v3``."""
+        return self.runtime.id + (f"@{self.platform}" if self.platform else "")
+
+    @property
     def label(self) -> str:
         """``onnxruntime==1.20.1``, or ``onnxruntime==1.20.1@x86-64-v3`` on a platform."""
         return f"{self.runtime.pin}@{self.platform}" if self.platform else self.runtime.pin
@@ -272,7 +284,7 @@ class Row:
 def _measure(row: Row, info: ModelInfo, probe_files: Sequence[tuple[str, str]], work: Path, timeout: float) -> None:
     assert row.python is not None
     t0 = time.perf_counter()
-    folder = work / "runs" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
+    folder = work / "runs" / row.folder
     shutil.rmtree(folder, ignore_errors=True)
     found = run_worker(row.python, info.path, probe_files, folder, timeout)
     row.seconds = time.perf_counter() - t0
@@ -356,7 +368,7 @@ def _localize(
     if isinstance(debug, str):
         return debug
     path, nodes = debug
-    folder = work / "values" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
+    folder = work / "values" / row.folder
     shutil.rmtree(folder, ignore_errors=True)
     found = run_worker(row.python, str(path), [(probe, probe_files[probe])], folder, 300.0, debug=str(path))
     if (found.get("probes") or {}).get(probe, {}).get("ok") is not True:
@@ -366,8 +378,7 @@ def _localize(
         return "not localized: the reference has no node values"
     from harness.numeric.localize import first_divergence
 
-    with np.load(folder / "values.npz") as data:
-        got = {k: data[k] for k in data.files}
+    got = _arrays(folder / "values.npz")
     where = first_divergence(nodes, got, reference, atol=tol["atol"], rtol=tol["rtol"], scaled=tol["scaled"])
     if where is None and expected is not None and probe in expected:
         spec_outs = [reference[o.name] for o in info.outputs if o.name in reference]
@@ -384,20 +395,43 @@ def _localize(
     return f"first node that differs: {where['node']} ({where['op']}), output {where['output']}: {where['detail']}"
 
 
+def _place(info: ModelInfo, folder: Path, name: str) -> Path:
+    """The file, as ``name``, and its external data in ``folder``: hard links where the file system allows, else
+    copies (the user's folder is never written to)."""
+    source = Path(info.path)
+    for src, dest in [(source, name), *((source.parent / loc, loc) for loc in info.external)]:
+        target = folder / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, target)
+        except OSError:
+            shutil.copyfile(src, target)
+    return folder / name
+
+
 def _debug_model(info: ModelInfo, work: Path) -> tuple[Path, list[dict[str, Any]]] | str:
-    path = work / "model.debug.onnx"
-    nodes_path = work / "nodes.json"
+    """The file with every node's output exposed (the export's :func:`debug_model`), written beside a link to the file
+    whose weights it points into (:func:`reference_weights`, as the export's ``model.debug.onnx`` does): its graph, not
+    another copy of the weights, and none of them held in memory."""
+    folder = work / "debug"
+    path = folder / f"debug-{Path(info.path).name}"
+    nodes_path = folder / "nodes.json"
     if path.exists() and nodes_path.exists():
         return path, json.loads(nodes_path.read_text())
     try:
         import onnx
 
-        from harness.export.node_values import debug_model
+        from harness.export.node_values import debug_model, reference_weights
     except ImportError:
         return "not localized: onnx is not installed where harness check runs (nox -s check installs it)"
-    model = onnx.load(info.path)
-    if model.ByteSize() > 2**31 - 2**20:
-        return "not localized: the model is larger than one protobuf file holds (2 GB)"
+    placed = _place(info, folder, Path(info.path).name)
+    model = onnx.load(str(placed), load_external_data=False)
+    try:
+        reference_weights(model, placed)
+    except (ValueError, IndexError):  # a file this cannot read the layout of: the debug model holds a copy
+        model = onnx.load(str(placed))
+        if model.ByteSize() > 2**31 - 2**20:
+            return "not localized: the model is larger than one protobuf file holds (2 GB)"
     debug, nodes = debug_model(model)
     onnx.save(debug, str(path))
     nodes_path.write_text(json.dumps(nodes))
@@ -436,15 +470,11 @@ def _repro(
 ) -> str:
     """A folder that shows the failure with nothing but the runtime: the file, the failing probe's inputs, the
     reference outputs, a script and its command."""
-    folder = out / "repro" / (row.runtime.id + (f"@{row.platform}" if row.platform else ""))
+    folder = out / "repro" / row.folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     source = Path(info.path)
-    for name, dest in [(source.name, "model.onnx"), *((loc, loc) for loc in info.external)]:
-        try:
-            os.link(source.parent / name, folder / dest)
-        except OSError:
-            shutil.copyfile(source.parent / name, folder / dest)
+    _place(info, folder, "model.onnx")
     probe = next((n for n, p in row.probes.items() if not p.get("ok") or p.get("agrees") is False), next(iter(probe_files)))
     shutil.copyfile(probe_files[probe], folder / "inputs.npz")
     if probe in reference:
@@ -456,7 +486,7 @@ def _repro(
         )
     )
     pip = row.runtime.kind.pip(row.runtime.pin)
-    wanted = [*row.runtime.requirements, *(() if any(r.startswith("numpy") for r in row.runtime.requirements) else ("numpy",))]
+    wanted = envs.requirements(row.runtime)
     where = f"\n\n{row.localization}" if row.localization else ""
     if row.platform:
         where += f"\n\nOn a {row.platform} CPU (here: {row.how}); on another CPU it may not reproduce."
@@ -480,6 +510,7 @@ def check(matrix: Matrix, opts: Options, echo: Callable[[str], Any]) -> dict[str
         "rows": rows,
         "tolerance": tol,
         "frontier": str(opts.results / frontier_store.PUBLISHED),
+        "frontiers": found,
     }
     answer["predict_seconds"] = time.perf_counter() - t0
     if opts.predict_only:
@@ -565,8 +596,7 @@ def _measured(
         if ref["kind"] != AGREEMENT or spec.get("probes", {}).get(probe, {}).get("ok"):
             said = run_spec(info.path, [(probe, probe_files[probe])], work / "spec-values", opts.spec_timeout, values=True)
             if said.get("probes", {}).get(probe, {}).get("ok"):
-                with np.load(work / "spec-values" / "values.npz") as data:
-                    found = {k: data[k] for k in data.files}
+                found = _arrays(work / "spec-values" / "values.npz")
         # else the node values of a runtime that agrees with the reference: the agreeing group's, or the newest pass
         agreeing = ref.get("row") or next((r for r in reversed(rows) if r.status == "pass"), None)
         if found is None and agreeing is not None:
@@ -577,8 +607,7 @@ def _measured(
                     agreeing.python, str(debug[0]), [(probe, probe_files[probe])], folder, 300.0, debug=str(debug[0])
                 )
                 if said.get("probes", {}).get(probe, {}).get("ok"):
-                    with np.load(folder / "values.npz") as data:
-                        found = {k: data[k] for k in data.files}
+                    found = _arrays(folder / "values.npz")
         values[probe] = found
         return found
 
